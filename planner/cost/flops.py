@@ -1,0 +1,55 @@
+"""FLOP counts per token and per step (formulas.md §2).
+
+Model FLOPs follow PaLM's MFU convention (Chowdhery et al. 2022, §4 and App. B): 6·N per token for the matmul
+weights (N includes the output head, not the embedding lookup) plus 12·L·q·s for attention scores and
+attention-over-values, with no causal halving unless asked. For GPT with q = h, F = 4h this equals Narayanan et
+al. 2021's 72·B·s·L·h²·(1 + s/6h + V/12hL) (FLOP appendix) exactly. Hardware FLOPs add recomputation
+(Korthikanti et al. 2022, evaluation section): full recompute repeats every layer's forward (Narayanan's
+96·B·s·L·h²(1 + s/6h + V/16hL)); selective recompute repeats the attention core's forward (4·q·s per token per
+layer, counted from first principles; the paper's printed HFU formula uses 8·q·s).
+
+All functions take scalars or numpy arrays and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.params import layer_matmul_params
+from planner.specs.model import ModelSpec
+
+
+def attention_score_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
+    """Forward FLOPs of QKᵀ and AV per token per layer: 2 matmuls × 2·s·q = 4·s·q (halved if causal tiles skip)."""
+    return 4.0 * np.asarray(seq_len) * m.q_dim * np.where(causal_halved, 0.5, 1.0)
+
+
+def forward_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
+    """One forward pass: 2 FLOPs per matmul weight (layers + output head) + attention scores."""
+    layer = 2.0 * layer_matmul_params(m) + attention_score_flops_per_token(m, seq_len, causal_halved)
+    return m.layers * layer + 2.0 * m.vocab * m.hidden
+
+
+def model_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
+    """Training FLOPs per token, no recompute: 3 × forward (forward, dgrad, wgrad) = 6N + 12·L·q·s (PaLM App. B)."""
+    return 3.0 * forward_flops_per_token(m, seq_len, causal_halved)
+
+
+def recompute_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False):
+    """Extra forward work from activation recomputation; recompute is 0 none, 1 selective, 2 full."""
+    attn = attention_score_flops_per_token(m, seq_len, causal_halved)
+    full = m.layers * (2.0 * layer_matmul_params(m) + attn)
+    selective = m.layers * attn
+    rc = np.asarray(recompute)
+    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
+
+
+def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False):
+    """FLOPs the hardware executes per token: model FLOPs + recomputation (HFU numerator)."""
+    return model_flops_per_token(m, seq_len, causal_halved) + recompute_flops_per_token(m, seq_len, recompute,
+                                                                                         causal_halved)
+
+
+def model_flops_per_step(m: ModelSpec, seq_len, global_batch, causal_halved=False):
+    """Model FLOPs of one optimizer step: tokens per step × model FLOPs per token."""
+    return np.asarray(global_batch) * np.asarray(seq_len) * model_flops_per_token(m, seq_len, causal_halved)

@@ -1,0 +1,52 @@
+"""Parameter counts of a dense decoder-only transformer (formulas.md §1).
+
+Sources: Megatron-LM `theoretical_memory_usage.py::compute_weight_and_optimizer_memory`; the scaling book's
+"Transformer math" table; for GPT-style models N = Vh + L(12h^2 + 13h) + 2h (+ s·h learned positions), the
+Ultra-Scale Playbook's count.
+"""
+
+from __future__ import annotations
+
+from planner.specs.model import ModelSpec
+
+
+def attention_params(m: ModelSpec) -> int:
+    """W_q h·q + W_k, W_v h·kv each + W_o q·h = 2hq + 2h·kv (+ biases q + 2kv + h)."""
+    weights = 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim
+    return weights + (m.q_dim + 2 * m.kv_dim + m.hidden if m.bias else 0)
+
+
+def mlp_params(m: ModelSpec) -> int:
+    """Gated (SwiGLU): 3hF; plain GeLU: 2hF (+ biases F + h)."""
+    weights = (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
+    return weights + (m.ffn_hidden + m.hidden if m.bias else 0)
+
+
+def norm_params(m: ModelSpec) -> int:
+    """Two norms per layer: RMSNorm h each, LayerNorm 2h each (scale and bias)."""
+    return 2 * m.hidden * (2 if m.norm == "layernorm" else 1)
+
+
+def layer_params(m: ModelSpec) -> int:
+    return attention_params(m) + mlp_params(m) + norm_params(m)
+
+
+def embedding_params(m: ModelSpec) -> int:
+    """Input embedding V·h (+ learned positions s·h)."""
+    return m.vocab * m.hidden + (m.seq_len * m.hidden if m.learned_positions else 0)
+
+
+def output_params(m: ModelSpec) -> int:
+    """Final norm + output head V·h when untied (0 when tied to the input embedding)."""
+    final_norm = m.hidden * (2 if m.norm == "layernorm" else 1)
+    return final_norm + (0 if m.tied_embeddings else m.vocab * m.hidden)
+
+
+def total_params(m: ModelSpec) -> int:
+    """N_p = L·(attention + MLP + norms) + embeddings + output head + final norm (formulas.md §1)."""
+    return m.layers * layer_params(m) + embedding_params(m) + output_params(m)
+
+
+def layer_matmul_params(m: ModelSpec) -> int:
+    """Weights that take part in matmuls in one layer (no biases or norms): the 6N FLOP rule's N per layer."""
+    return 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden

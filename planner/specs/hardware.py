@@ -1,0 +1,187 @@
+"""Hardware profiles: one YAML per system in `hardware_specs/`, validated into an immutable SI-unit spec.
+
+The YAML uses human units named in its keys (GB/s, TFLOP/s, GiB); everything inside the planner is SI
+(bytes, seconds, FLOP/s). This module is the only place that converts between them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import PlannerError
+from planner.specs._files import read_mapping, validate
+
+GIB = 2**30
+
+
+# --- file schema (edge: human units) -------------------------------------------------------------------------------
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Peaks(_Strict):
+    bf16: float = Field(gt=1, lt=1e5, description="dense BF16 tensor TFLOP/s")
+    fp16: float | None = Field(default=None, gt=1, lt=1e5)
+    fp8: float | None = Field(default=None, gt=1, lt=1e5)
+    tf32: float | None = Field(default=None, gt=1, lt=1e5)
+
+
+class _Gpu(_Strict):
+    peak_tflops_dense: _Peaks
+    hbm_capacity_gib: float = Field(gt=1, lt=4096)
+    hbm_bandwidth_tb_per_s: float = Field(gt=0.05, lt=100)
+    tdp_w: float = Field(gt=10, lt=10_000)
+
+
+class _Link(_Strict):
+    name: str = ""
+    bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=0.1, lt=100_000)
+    bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(default=None, gt=1, lt=100_000)
+    step_latency_us: float = Field(ge=0, lt=10_000)
+
+
+class _Node(_Strict):
+    gpus_per_node: int = Field(ge=1, le=1024)
+    intra_node: _Link
+    inter_node: _Link
+    collective_base_latency_us: float = Field(ge=0, lt=10_000)
+
+
+class _Efficiency(_Strict):
+    gemm_fraction_of_peak: float = Field(gt=0, le=1)
+    hbm_fraction_of_peak: float = Field(gt=0, le=1)
+    intra_node_busbw_fraction: float = Field(gt=0, le=1.5)
+    inter_node_busbw_fraction: float = Field(gt=0, le=1.5)
+
+
+class _Memory(_Strict):
+    framework_overhead_gib: float = Field(ge=0, lt=64)
+
+
+class HardwareFile(_Strict):
+    """Schema of a hardware YAML file (see hardware_specs/h100-sxm.yaml for the annotated template)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    aliases: list[str] = []
+    gpu: _Gpu
+    node: _Node
+    efficiency: _Efficiency
+    memory: _Memory
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, lt=1000)
+
+
+# --- the spec (inside: SI units) -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator system, SI units. Bandwidths are per GPU per direction."""
+
+    name: str
+    description: str
+    peak_flops: float                       # dense bf16 FLOP/s per GPU
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    tdp_w: float
+    gpus_per_node: int
+    intra_bw_bytes_per_s: float             # NVLink-class fabric, per GPU per direction
+    inter_bw_bytes_per_s: float             # NIC bandwidth per GPU per direction
+    intra_step_latency_s: float             # alpha per ring step inside a node
+    inter_step_latency_s: float             # alpha per ring step across nodes
+    collective_base_latency_s: float        # fixed cost of launching one collective
+    gemm_efficiency: float                  # achievable fraction of peak on large GEMMs
+    hbm_efficiency: float                   # achievable fraction of HBM bandwidth (memory-bound kernels)
+    intra_busbw_efficiency: float           # measured NCCL busbw / link bandwidth inside a node
+    inter_busbw_efficiency: float           # measured NCCL busbw / NIC bandwidth across nodes
+    framework_overhead_bytes: float         # CUDA context, workspaces, NCCL buffers
+    price_usd_per_gpu_hour: float | None
+    peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def from_file(cls, f: HardwareFile) -> "HardwareSpec":
+        intra, inter = f.node.intra_node, f.node.inter_node
+        if intra.bandwidth_gb_per_s_per_direction is None:
+            raise PlannerError(f"hardware {f.name}: node.intra_node.bandwidth_gb_per_s_per_direction",
+                               "required field is missing")
+        if inter.bandwidth_gbit_per_s_per_gpu_per_direction is None:
+            raise PlannerError(f"hardware {f.name}: node.inter_node.bandwidth_gbit_per_s_per_gpu_per_direction",
+                               "required field is missing")
+        peaks = tuple((k, v * 1e12) for k, v in f.gpu.peak_tflops_dense.model_dump().items() if v is not None)
+        return cls(
+            name=f.name,
+            description=f.description,
+            peak_flops=f.gpu.peak_tflops_dense.bf16 * 1e12,
+            hbm_bytes=f.gpu.hbm_capacity_gib * GIB,
+            hbm_bw_bytes_per_s=f.gpu.hbm_bandwidth_tb_per_s * 1e12,
+            tdp_w=f.gpu.tdp_w,
+            gpus_per_node=f.node.gpus_per_node,
+            intra_bw_bytes_per_s=intra.bandwidth_gb_per_s_per_direction * 1e9,
+            inter_bw_bytes_per_s=inter.bandwidth_gbit_per_s_per_gpu_per_direction * 1e9 / 8,
+            intra_step_latency_s=intra.step_latency_us * 1e-6,
+            inter_step_latency_s=inter.step_latency_us * 1e-6,
+            collective_base_latency_s=f.node.collective_base_latency_us * 1e-6,
+            gemm_efficiency=f.efficiency.gemm_fraction_of_peak,
+            hbm_efficiency=f.efficiency.hbm_fraction_of_peak,
+            intra_busbw_efficiency=f.efficiency.intra_node_busbw_fraction,
+            inter_busbw_efficiency=f.efficiency.inter_node_busbw_fraction,
+            framework_overhead_bytes=f.memory.framework_overhead_gib * GIB,
+            price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
+            peak_flops_by_dtype=peaks,
+        )
+
+
+# --- lookup -------------------------------------------------------------------------------------------------------
+
+def hardware_dir() -> Path:
+    """The bundled profiles: inside the installed package, or the top-level folder of a source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "hardware_specs", here.parent / "hardware_specs"):
+        if candidate.is_dir():
+            return candidate
+    raise PlannerError("hardware", f"bundled hardware_specs/ not found next to {here}")  # a broken install
+
+
+@lru_cache(maxsize=None)
+def _bundled() -> dict[str, Path]:
+    """Name and alias -> bundled file. Names only ever resolve to files in this index, never to arbitrary paths."""
+    index: dict[str, Path] = {}
+    for path in sorted(hardware_dir().glob("*.yaml")):
+        data = read_mapping(path, f"hardware file {path.name}")
+        index[path.stem] = path
+        for alias in [data.get("name", path.stem), *(data.get("aliases") or [])]:
+            index.setdefault(str(alias).lower(), path)
+    return index
+
+
+def list_hardware() -> list[HardwareSpec]:
+    """All bundled profiles, one per file."""
+    return [load_hardware_file(p) for p in sorted(set(_bundled().values()))]
+
+
+@lru_cache(maxsize=None)
+def load_hardware_file(path: Path) -> HardwareSpec:
+    data = read_mapping(path, "--hardware")
+    return HardwareSpec.from_file(validate(HardwareFile, data, f"hardware file {path.name}"))
+
+
+def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+    """A bundled profile by name or alias (case-insensitive), or a path to a YAML file."""
+    if isinstance(name_or_path, HardwareSpec):
+        return name_or_path
+    text = str(name_or_path).strip()
+    if text.endswith((".yaml", ".yml")) or "/" in text or "\\" in text:
+        return load_hardware_file(Path(text).expanduser().resolve())
+    index = _bundled()
+    key = text.lower()
+    if key in index:
+        return load_hardware_file(index[key])
+    close = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    names = ", ".join(sorted(p.stem for p in set(index.values())))
+    raise PlannerError("--hardware", f"unknown hardware {text!r}{hint} (built-in: {names}; or a path to a YAML file)")

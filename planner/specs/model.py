@@ -1,0 +1,200 @@
+"""Model architectures: presets (planner/presets/*.yaml), user YAML files and HuggingFace config.json files.
+
+Notation (formulas.md §0): L layers, h hidden, F FFN width, a query heads, g KV heads, d_h head dim, V vocab, s seq len.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.errors import PlannerError
+from planner.specs._files import read_mapping, validate
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+# Used when a file gives no batch: 4 Mi tokens, the low end of the 4-60M tokens practice (formulas.md §8).
+DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 2**20
+DEFAULT_HF_SEQ_LEN = 4096
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer. Counts are per model; sizes are in elements, not bytes."""
+
+    name: str
+    layers: int                 # L
+    hidden: int                 # h
+    ffn_hidden: int             # F
+    heads: int                  # a
+    kv_heads: int               # g (= a for MHA)
+    vocab: int                  # V
+    seq_len: int                # s: default training sequence length
+    global_batch_tokens: int    # default global batch, tokens
+    head_dim: int               # d_h
+    gated_mlp: bool = True      # SwiGLU (3 matrices) vs plain GeLU (2 matrices)
+    tied_embeddings: bool = False
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    bias: bool = False          # biases on linear layers (GPT-2/3, Megatron GPT)
+    learned_positions: bool = False
+    dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
+    description: str = ""
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+# --- file schema ---------------------------------------------------------------------------------------------------
+
+class ModelFile(BaseModel):
+    """Schema of a model YAML file (the presets use it too)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    aliases: list[str] = []
+    description: str = ""
+    source: str = ""
+    layers: int = Field(ge=1, le=10_000)
+    hidden: int = Field(ge=1, le=1_000_000)
+    ffn_hidden: int = Field(ge=1, le=10_000_000)
+    heads: int = Field(ge=1, le=100_000)
+    kv_heads: int | None = Field(default=None, ge=1, le=100_000)
+    head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    vocab: int = Field(ge=1, le=100_000_000)
+    seq_len: int = Field(ge=1, le=100_000_000)
+    global_batch_tokens: int | None = Field(default=None, ge=1)
+    global_batch: int | None = Field(default=None, ge=1, description="sequences")
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    bias: bool = False
+    learned_positions: bool = False
+    dropout: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelFile":
+        kv = self.kv_heads or self.heads
+        if self.heads % kv:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given")
+        return self
+
+    def to_spec(self) -> ModelSpec:
+        if self.global_batch_tokens is not None:
+            batch_tokens = self.global_batch_tokens
+        elif self.global_batch is not None:
+            batch_tokens = self.global_batch * self.seq_len
+        else:
+            batch_tokens = DEFAULT_GLOBAL_BATCH_TOKENS
+        return ModelSpec(
+            name=self.name, layers=self.layers, hidden=self.hidden, ffn_hidden=self.ffn_hidden, heads=self.heads,
+            kv_heads=self.kv_heads or self.heads, vocab=self.vocab, seq_len=self.seq_len,
+            global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
+            gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
+            learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
+        )
+
+
+# --- HuggingFace config.json -----------------------------------------------------------------------------------------
+
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense"}
+
+
+def _hf_field(cfg: dict, key: str, where: str, kind=int):
+    if key not in cfg or cfg[key] is None:
+        raise PlannerError(where, f"missing field {key!r} needed to build the model")
+    value = cfg[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise PlannerError(where, f"field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
+    """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, gpt2, gpt_neox)."""
+    mtype = str(cfg.get("model_type", "")).lower()
+    if mtype in _LLAMA_LIKE:
+        heads = _hf_field(cfg, "num_attention_heads", where)
+        fields = dict(
+            layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
+            ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=heads,
+            kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim"),
+            vocab=_hf_field(cfg, "vocab_size", where),
+            seq_len=min(int(cfg.get("max_position_embeddings") or DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
+            gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="rmsnorm",
+            bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
+        )
+    elif mtype == "gpt2":
+        hidden = _hf_field(cfg, "n_embd", where)
+        fields = dict(
+            layers=_hf_field(cfg, "n_layer", where), hidden=hidden, ffn_hidden=cfg.get("n_inner") or 4 * hidden,
+            heads=_hf_field(cfg, "n_head", where), vocab=_hf_field(cfg, "vocab_size", where),
+            seq_len=int(cfg.get("n_positions") or cfg.get("n_ctx") or 1024), gated_mlp=False, tied_embeddings=True,
+            norm="layernorm", bias=True, learned_positions=True, dropout=True,
+        )
+    elif mtype == "gpt_neox":
+        fields = dict(
+            layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
+            ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=_hf_field(cfg, "num_attention_heads", where),
+            vocab=_hf_field(cfg, "vocab_size", where),
+            seq_len=min(int(cfg.get("max_position_embeddings") or 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="layernorm", bias=True,
+        )
+    else:
+        known = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"
+        raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported (expected one of: {known})")
+    return validate(ModelFile, {"name": name, **{k: v for k, v in fields.items() if v is not None}}, where)
+
+
+# --- lookup -------------------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _presets() -> dict[str, ModelFile]:
+    """Preset name and aliases -> validated file. Names resolve only to these bundled files."""
+    index: dict[str, ModelFile] = {}
+    for path in sorted(PRESETS_DIR.glob("*.yaml")):
+        mf = validate(ModelFile, read_mapping(path, f"preset {path.name}"), f"preset {path.name}")
+        for key in [mf.name, *mf.aliases]:
+            index[key.lower()] = mf
+    return index
+
+
+def list_models() -> list[ModelFile]:
+    seen, out = set(), []
+    for mf in _presets().values():
+        if mf.name not in seen:
+            seen.add(mf.name)
+            out.append(mf)
+    return out
+
+
+def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
+    """A preset by name or alias, a model YAML file, a HuggingFace config.json, or a directory holding one."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    text = str(name_or_path).strip()
+    path = Path(text).expanduser()
+    if text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text or path.is_dir():
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        where = f"model file {path.name}"
+        data = read_mapping(path, "--model")
+        if path.suffix == ".json":
+            return from_hf_config(data, name=path.parent.name or path.stem, where=where).to_spec()
+        return validate(ModelFile, data, where).to_spec()
+    index = _presets()
+    if text.lower() in index:
+        return index[text.lower()].to_spec()
+    close = difflib.get_close_matches(text.lower(), list(index), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise PlannerError("--model", f"unknown model {text!r}{hint} (see `plan models`, or pass a YAML or config.json path)")

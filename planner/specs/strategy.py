@@ -1,0 +1,122 @@
+"""How a job is split and run: the training job, the parallel layout, precision and runtime features.
+
+One small dataclass owns the parallel degrees (torchtitan's ParallelDims idea). The degrees are listed once in
+`PARALLEL_DIMS`; adding context or expert parallelism means adding a name there and a cost term, not a rewrite.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from planner.errors import PlannerError
+
+# Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count.
+PARALLEL_DIMS = ("tp", "pp", "dp")
+
+RECOMPUTE = ("none", "selective", "full")   # stored as 0, 1, 2 in candidate columns
+ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
+
+
+def recompute_code(value: str | int) -> int:
+    if isinstance(value, str):
+        if value.lower() not in RECOMPUTE:
+            raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
+        return RECOMPUTE.index(value.lower())
+    if value not in (0, 1, 2):
+        raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
+    return int(value)
+
+
+def zero_code(value: str | int) -> int:
+    try:
+        stage = int(str(value).lower().removeprefix("zero").removeprefix("-"))
+    except ValueError:
+        stage = -1
+    if stage not in ZERO_STAGES:
+        raise PlannerError("--zero", f"got {value!r}, expected a ZeRO stage 0, 1, 2 or 3")
+    return stage
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to train: GPU count, sequence length and global batch (sequences per optimizer step)."""
+
+    gpus: int
+    seq_len: int
+    global_batch: int
+
+    def __post_init__(self):
+        for name, value, upper in (("--gpus", self.gpus, 2**24), ("--seq-len", self.seq_len, 2**24),
+                                   ("--global-batch", self.global_batch, 2**32)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlannerError(name, f"got {value!r}, expected a positive integer")
+            if value > upper:
+                raise PlannerError(name, f"got {value:,}, expected at most {upper:,}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per element. Default: bf16 weights and activations, fp32 main grads, fp32 Adam (master, m, v).
+
+    Megatron's default for bf16 keeps a 4-byte fp32 gradient buffer (formulas.md §3.1, Megatron distributed
+    optimizer docs: 18 bytes/param unsharded, 6 + 12/d sharded). The ZeRO paper's 16 bytes/param is grad_bytes=2.
+    """
+
+    param_bytes: int = 2
+    grad_bytes: int = 4
+    optimizer_bytes: int = 12
+    activation_bytes: int = 2
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Implementation features of the training stack: they change cost, not the layout.
+
+    Defaults describe a current Megatron-Core/TransformerEngine stack. Older stacks (Megatron-LM 2021-22: no
+    FlashAttention) are expressed by switching these off, never by a per-run correction.
+    """
+
+    flash_attention: bool = True        # attention scores never materialised (Dao et al. 2022)
+    tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
+    overlap_grad_reduce: bool = True    # DP gradient reduction overlaps the last backward (Megatron, DDP buckets)
+    overlap_param_gather: bool = True   # sharded-parameter all-gather overlaps the next forward
+    causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One parallel layout. Degrees multiply to the GPU count; the message restates the arithmetic."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    vpp: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero_stage: int = 0
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "dp", "micro_batch", "vpp"):
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlannerError(f"--{f.replace('_', '-')}", f"got {value!r}, expected a positive integer")
+        object.__setattr__(self, "recompute", RECOMPUTE[recompute_code(self.recompute)])
+        object.__setattr__(self, "zero_stage", zero_code(self.zero_stage))
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(getattr(self, d) for d in PARALLEL_DIMS)
+
+    def check_gpus(self, gpus: int) -> None:
+        if self.world_size != gpus:
+            terms = " * ".join(f"{d}({getattr(self, d)})" for d in PARALLEL_DIMS)
+            raise PlannerError("layout", f"{terms} = {self.world_size} != gpus({gpus})")
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
