@@ -1,0 +1,212 @@
+"""`plan`: argument parsing and exit codes only (0 success, 1 nothing fits, 2 bad input)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from planner.errors import PlannerError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Plan the parallel layout of LLM training: memory, step time, MFU.")
+EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
+# Typer's usage-error class (click's, vendored in recent typer); found through the public BadParameter.
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def _console(stderr: bool = False) -> Console:
+    """Rich console; when not a terminal (pipes, files, CI), wide enough for the layouts table."""
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal and console.width < 160:
+        console = Console(stderr=stderr, soft_wrap=True, width=160)
+    return console
+
+
+def _out() -> Console:
+    return _console()
+
+
+def _err() -> Console:
+    return _console(stderr=True)
+
+
+def handle_errors(fn):
+    """Bad input becomes one line on stderr and exit code 2, never a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PlannerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+    return wrapper
+
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12,
+           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(text: str, flag: str, binary: bool = False) -> int:
+    """'16M' -> 16 * 2^20 when binary (batch tokens: whole power-of-two sequences), else 16e6; 'Mi' is always 2^20."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmbgt]i?)?\s*", str(text).lower())
+    if not match:
+        raise PlannerError(flag, f"got {text!r}, expected a number with an optional K/M/B/T suffix")
+    number, suffix = float(match.group(1)), match.group(2) or ""
+    if binary and suffix in ("k", "m", "g", "t"):
+        suffix += "i"
+    value = number * _SUFFIX[suffix]
+    if value < 1 or value != int(value):
+        raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
+    return int(value)
+
+
+@app.callback(invoke_without_command=True)
+@handle_errors
+def plan(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
+    hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
+                                                      help="Global batch in tokens; 16M = 16*2^20."),
+    top: int = typer.Option(10, "--top", help="Rows to show."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective or full."),
+    zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                                     help="Pin sequence parallelism on or off."),
+    headroom_gib: float = typer.Option(3.0, "--headroom-gib", help="HBM kept free for fragmentation, GiB."),
+    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                         help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
+    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
+                                         help="FlashAttention kernels (no s x s scores in memory)."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
+):
+    """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or gpus is None:
+        missing = "--model" if model is None else "--gpus"
+        raise PlannerError(missing, "required (e.g. plan --model 405b --gpus 512; see plan --help)")
+    if top < 1:
+        raise PlannerError("--top", f"got {top}, expected a positive integer")
+    from planner import report
+    from planner.evaluate import evaluate, invalid_layout_error
+    from planner.search import Pins, run_search
+    from planner.specs.strategy import Runtime, recompute_code, zero_code
+
+    if recompute is not None:
+        recompute_code(recompute)
+    zero_stage = zero_code(zero) if zero is not None else None
+    tokens = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
+    runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap)
+    common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=tokens,
+                  headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
+    pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
+                recompute=recompute, zero_stage=zero_stage)
+    out = _out()
+
+    if tp is not None and pp is not None and dp is not None:
+        ev = evaluate(model, gpus, **pins, **common)
+        if fmt is Format.table:
+            report.print_breakdown(ev, out)
+        elif fmt is Format.json:
+            import json
+            out.print_json(json.dumps(report.config_record(ev.row)))
+        else:
+            import pandas as pd
+            print(pd.DataFrame([ev.row]).to_csv(index=False), end="")
+        raise typer.Exit(EXIT_OK if ev.fits else EXIT_NOTHING_FITS)
+
+    result = run_search(model, gpus, pins=Pins(**pins), **common)
+    if len(result.table) == 0 and len(result.closest) == 0:
+        raise invalid_layout_error(result)
+    if fmt is Format.table:
+        report.print_search(result, top, out, _err())
+    elif fmt is Format.json:
+        print(report.to_json(result, top))
+    else:
+        print(report.to_csv(result, top), end="")
+    if len(result.table) == 0:
+        if fmt is not Format.table:
+            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
+                  file=sys.stderr)
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+@app.command("models")
+@handle_errors
+def models_cmd():
+    """List the built-in model presets."""
+    from rich.table import Table
+
+    from planner.cost.params import total_params
+    from planner.specs.model import list_models
+
+    t = Table(header_style="bold")
+    for col in ("name", "aliases", "params", "layers", "hidden", "FFN", "heads", "KV", "vocab", "seq", "batch"):
+        t.add_column(col, justify="left" if col in ("name", "aliases") else "right")
+    for mf in sorted(list_models(), key=lambda f: total_params(f.to_spec())):
+        s = mf.to_spec()
+        t.add_row(s.name, ", ".join(mf.aliases), f"{total_params(s) / 1e9:.2f}B", str(s.layers), str(s.hidden),
+                  str(s.ffn_hidden), str(s.heads), str(s.kv_heads), str(s.vocab), str(s.seq_len),
+                  f"{s.global_batch_tokens // s.seq_len}")
+    _out().print(t)
+
+
+@app.command("hardware")
+@handle_errors
+def hardware_cmd():
+    """List the built-in hardware profiles."""
+    from rich.table import Table
+
+    from planner.specs.hardware import list_hardware
+
+    t = Table(header_style="bold")
+    for col in ("name", "description", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s", "NIC GB/s",
+                "$/GPU-h"):
+        t.add_column(col, justify="left" if col in ("name", "description") else "right")
+    for h in list_hardware():
+        price = f"{h.price_usd_per_gpu_hour:.2f}" if h.price_usd_per_gpu_hour else "n/a"
+        t.add_row(h.name, h.description, f"{h.peak_flops / 1e12:.0f}", f"{h.hbm_bytes / 2**30:.1f}",
+                  f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
+                  f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)
+    _out().print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: usage errors become one line and exit code 2."""
+    try:
+        code = app(args=argv, prog_name="plan", standalone_mode=False)
+    except _USAGE_ERROR as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    except (typer.Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        code = 130
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    if argv is None:
+        sys.exit(code or 0)
+    return code or 0

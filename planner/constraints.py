@@ -1,0 +1,50 @@
+"""Validity of layouts (formulas.md §7), as boolean masks with a reason each.
+
+The same rules serve the search (count rejections per reason) and `evaluate` (raise on a pinned layout that
+breaks one). Rules are checked in order; a layout is charged to the first rule it breaks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.pipeline import stage_layers, stage_split_valid
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.strategy import Job
+
+
+def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False):
+    """[(reason, ok-mask)] for columns `c` (tp, pp, dp, micro_batch, vpp, sp, recompute, zero)."""
+    t, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "zero"))
+    heads_ok = (m.heads % t == 0) & ((m.kv_heads % t == 0) | (t % m.kv_heads == 0))
+    dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
+    edge, mid = stage_layers(m.layers, p)
+    batch_ok = job.global_batch % (b * d) == 0
+    num_mb = job.global_batch // np.maximum(b * d, 1)
+    return [
+        ("TP x PP x DP != GPUs", t * p * d == job.gpus),
+        (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
+        (f"TP does not divide hidden ({m.hidden}) and FFN ({m.ffn_hidden})", dims_ok),
+        (f"TP exceeds the {hw.gpus_per_node} GPUs of a node", allow_cross_node_tp | (t <= hw.gpus_per_node)),
+        (f"PP does not split the {m.layers} layers (L or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
+        ("global batch not divisible by DP x micro-batch", batch_ok),
+        ("sequence parallelism needs TP > 1", ~np.asarray(sp, dtype=bool) | (t > 1)),
+        (f"sequence parallelism needs TP to divide the sequence ({job.seq_len})",
+         ~np.asarray(sp, dtype=bool) | (job.seq_len % t == 0)),
+        ("optimizer sharding needs DP > 1", (z == 0) | (d > 1)),
+        ("interleaving needs PP > 1 and an even layer split", (v == 1) | ((p > 1) & (edge == mid))),
+        ("interleaving: VPP must divide the layers per stage", (v == 1) | (mid % v == 0)),
+        ("interleaving needs micro-batches to be a multiple of PP", (v == 1) | (batch_ok & (num_mb % p == 0))),
+    ]
+
+
+FIT_REASON = "does not fit in memory"
+
+
+def first_failure(rule_list, n: int):
+    """Index of the first broken rule per row (len(rule_list) if none), and the all-valid mask."""
+    failed = np.full(n, len(rule_list), dtype=np.int16)
+    for i in range(len(rule_list) - 1, -1, -1):
+        failed = np.where(np.broadcast_to(rule_list[i][1], (n,)), failed, i)
+    return failed, failed == len(rule_list)

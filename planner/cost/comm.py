@@ -1,0 +1,72 @@
+"""Collective communication times with the alpha-beta model on a two-level (node / network) fabric.
+
+formulas.md §4: Thakur, Rabenseifner & Gropp 2005 (ring: (n−1)/n·S/W per reduce-scatter or all-gather, twice that
+for all-reduce); NCCL busbw convention (nccl-tests PERFORMANCE.md): the achievable per-link bandwidth is the link
+speed times the measured busbw fraction; hierarchical all-reduce across nodes (§4.3): reduce-scatter inside the
+node, all-reduce of S/k over the NICs, all-gather inside the node. Latency: NCCL's tuner model (tuning.cc): a base
+cost plus one step latency per ring step; across many nodes NCCL switches to trees, whose latency grows with
+log2(nodes), so the network term takes the smaller of the two.
+
+A group is `size` ranks placed `stride` ranks apart in the global rank order (TP innermost). S is the size of the
+full (unsharded) buffer in bytes. All functions take scalars or numpy arrays and broadcast. A new network shape
+(e.g. a TPU torus) adds its own `_span`/`_bandwidths` pair here; callers do not change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.specs.hardware import HardwareSpec
+
+
+def group_span(size, stride, gpus_per_node):
+    """(k, M): members of the group inside one node and the number of nodes it spans."""
+    size, stride = np.asarray(size), np.asarray(stride)
+    k = np.clip(gpus_per_node // np.maximum(stride, 1), 1, size)
+    return k, np.ceil(size / k)
+
+
+def _bandwidths(hw: HardwareSpec):
+    return (hw.intra_bw_bytes_per_s * hw.intra_busbw_efficiency,
+            hw.inter_bw_bytes_per_s * hw.inter_busbw_efficiency)
+
+
+def _latency(k, nodes, hw: HardwareSpec, rounds):
+    """NCCL-style latency: base + steps × per-step latency; `rounds` is 1 for RS/AG, 2 for all-reduce."""
+    ring_net = rounds * (nodes - 1)
+    tree_net = rounds * np.ceil(np.log2(np.maximum(nodes, 1)))
+    return (hw.collective_base_latency_s + rounds * (k - 1) * hw.intra_step_latency_s
+            + np.minimum(ring_net, tree_net) * hw.inter_step_latency_s)
+
+
+def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec):
+    """Reduce-scatter (or all-gather: same cost) of an S-byte buffer over `size` ranks.
+
+    Hierarchical: (k−1)/k·S/W_node inside the node, then (M−1)/M·(S/k)/W_net across M nodes (formulas.md §4.1, §4.3).
+    """
+    k, nodes = group_span(size, stride, hw.gpus_per_node)
+    w_node, w_net = _bandwidths(hw)
+    s = np.asarray(nbytes, dtype=float)
+    t = (k - 1) / k * s / w_node + (nodes - 1) / nodes * (s / k) / w_net + _latency(k, nodes, hw, 1)
+    return np.where(np.asarray(size) > 1, t, 0.0)
+
+
+all_gather_time_s = reduce_scatter_time_s
+
+
+def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec):
+    """Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
+    k, nodes = group_span(size, stride, hw.gpus_per_node)
+    w_node, w_net = _bandwidths(hw)
+    s = np.asarray(nbytes, dtype=float)
+    t = 2 * (k - 1) / k * s / w_node + 2 * (nodes - 1) / nodes * (s / k) / w_net + _latency(k, nodes, hw, 2)
+    return np.where(np.asarray(size) > 1, t, 0.0)
+
+
+def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):
+    """One point-to-point send of S bytes: latency + S/W over NVLink or, between nodes, the GPU's NIC."""
+    w_node, w_net = _bandwidths(hw)
+    cross = np.asarray(cross_node, dtype=bool)
+    bw = np.where(cross, w_net, w_node)
+    lat = hw.collective_base_latency_s + np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)
+    return lat + np.asarray(nbytes, dtype=float) / bw

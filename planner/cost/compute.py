@@ -1,0 +1,89 @@
+"""Kernel time of one transformer layer on one GPU, per micro-batch, with the roofline model.
+
+Every kernel takes max(FLOPs / (η_gemm·C), bytes / (η_hbm·BW)) (scaling book "Rooflines"; Calculon's "roofline"
+processing time, Isaev et al. SC'23): the four GEMMs of a layer, the attention core, and the memory-bound
+element-wise kernels (norms, residual/bias/dropout, activation, rotary) whose HBM traffic is counted tensor by
+tensor. Backward GEMMs are dgrad + wgrad (2× forward). Sequence parallelism shards the element-wise work that plain
+TP replicates, which is where its speed-up in Korthikanti et al. 2022 (Table 4) comes from.
+
+All functions take scalars or numpy arrays for the layout knobs and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+
+
+def kernel_time_s(flops, nbytes, hw: HardwareSpec):
+    """Roofline time of one kernel: the slower of its math and its HBM traffic."""
+    return np.maximum(np.asarray(flops) / (hw.gemm_efficiency * hw.peak_flops),
+                      np.asarray(nbytes) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s))
+
+
+def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
+    """[rows × inner] @ [inner × cols]: 2·rows·inner·cols FLOPs, reads both operands and writes the result."""
+    flops = 2.0 * rows * inner * cols
+    nbytes = elem_bytes * (rows * inner + inner * cols + rows * cols)
+    return kernel_time_s(flops, nbytes, hw)
+
+
+def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
+    """Forward time of QKV, attention-out, MLP-in (gate+up when gated) and MLP-out, TP-sharded (Megatron 2019)."""
+    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    mlp_in = (2 if m.gated_mlp else 1) * m.ffn_hidden
+    return (gemm_time_s(n, m.hidden, (m.q_dim + 2 * m.kv_dim) / t, hw, elem_bytes)
+            + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
+            + gemm_time_s(n, m.hidden, mlp_in / t, hw, elem_bytes)
+            + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
+
+
+def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attention, hw: HardwareSpec,
+                          elem_bytes=2):
+    """Forward time of softmax(QKᵀ)V for the heads on this GPU.
+
+    FlashAttention (Dao et al. 2022) computes only the unmasked causal half, in one kernel whose HBM traffic is
+    Q, K, V and O. Unfused attention (Megatron 2019-22) computes the full s×s scores and moves them through HBM:
+    QKᵀ writes them, the fused scale-mask-softmax reads and writes them, dropout reads them and writes output and
+    a 1-byte mask, and AV reads them.
+    """
+    s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
+    fa = np.asarray(flash_attention, dtype=bool)
+    flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0)
+    qkvo = elem_bytes * b * s * (2 * m.q_dim + 2 * m.kv_dim) / t
+    scores = b * m.heads / t * s * s
+    drop = 1.0 if m.dropout else 0.0
+    score_bytes = scores * (4 * elem_bytes + drop * (2 * elem_bytes + 1))
+    return kernel_time_s(flops, qkvo + np.where(fa, 0.0, score_bytes), hw)
+
+
+def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_bytes=2):
+    """HBM bytes moved by one layer's memory-bound kernels in the forward pass.
+
+    Two norms (read + write h per token), two fused bias-dropout-residual adds (read 2, write 1, plus a 1-byte
+    mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
+    embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
+    unless sequence parallelism shards it.
+    """
+    sb, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
+    per_token_replicated = 2 * (2 * e * h) + 2 * ((3 * e + drop) * h)
+    act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
+    rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim + m.kv_dim)
+    return sb * (per_token_replicated / np.where(sp, t, 1) + (act + rope) / t)
+
+
+def elementwise_time_s(nbytes, hw: HardwareSpec):
+    return np.asarray(nbytes) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
+
+
+def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
+    """Forward + backward of the output layer and the vocab-parallel cross-entropy on fp32 logits (last stage).
+
+    GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss reads and writes the fp32 logits about four times.
+    """
+    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
+    return gemm + elementwise_time_s(4 * 4.0 * n * m.vocab / t, hw)

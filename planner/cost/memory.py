@@ -1,0 +1,132 @@
+"""Memory per GPU (formulas.md §3): model states, activations, logits and fixed overheads.
+
+All functions take scalars or numpy arrays for the layout knobs and broadcast. Recompute: 0 none, 1 selective,
+2 full. ZeRO stage: 0 none, 1 optimizer states (Megatron distributed optimizer), 2 + gradients, 3 + parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost import params as P
+from planner.cost.pipeline import in_flight_layers, stage_layers
+from planner.specs.model import ModelSpec
+from planner.specs.strategy import Precision
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
+    """Bytes per parameter of weights, gradients and optimizer states under ZeRO-DP over d ranks.
+
+    ZeRO paper (Rajbhandari et al. 2019) §3 and §5: stage 1 shards the optimizer states (K = 12 bytes: fp32 master,
+    Adam m and v), stage 2 also the gradients, stage 3 also the parameters. With the defaults (bf16 weights, fp32
+    main grads) stage 0 is Megatron's 18 bytes/param and stage 1 its distributed optimizer's 6 + 12/d.
+    """
+    zero, dp = np.asarray(zero), np.asarray(dp)
+    weights = precision.param_bytes / np.where(zero >= 3, dp, 1)
+    grads = precision.grad_bytes / np.where(zero >= 2, dp, 1)
+    optimizer = precision.optimizer_bytes / np.where(zero >= 1, dp, 1)
+    return weights, grads, optimizer
+
+
+def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,
+                               act_bytes=2):
+    """Activation bytes one layer keeps for backward, per micro-batch, per GPU.
+
+    Korthikanti et al. 2022 §4, Table 2 term by term, generalised to GQA and gated MLPs ([derived] in
+    formulas.md §3.2). With q = kv = h, F = 4h, GeLU, dropout and no FlashAttention it reproduces the table:
+    sbh(34 + 5as/h) alone, sbh(10 + 24/t + 5as/(ht)) with TP, sbh(34/t + 5as/(ht)) with TP + SP, the as²b term
+    dropped by selective recompute, and 2sbh (the layer input; /t when SP shards it) under full recompute.
+    FlashAttention never stores the s×s scores, only the fp32 log-sum-exp (4·a·s·b bytes).
+    """
+    s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
+    sp, rc = np.asarray(sp, dtype=bool), np.asarray(recompute)
+    e, sb, h = act_bytes, s * b, m.hidden
+    drop = 1.0 if m.dropout else 0.0
+    # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
+    replicated = sb * h * (4 * e + 2 * drop)
+    # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
+    split = e * sb * (2 * m.q_dim + 2 * m.kv_dim) + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
+    # Softmax output (+ dropout mask and output) of the materialised a×s×s scores, or FlashAttention's statistics.
+    scores = np.where(flash_attention, 4.0 * m.heads * sb, m.heads * s * sb * (e + drop * (1 + e)))
+    scores = np.where((rc == 1) & ~np.asarray(flash_attention, dtype=bool), 0.0, scores)
+    sp_div = np.where(sp, t, 1)
+    stored = replicated / sp_div + (split + scores) / t
+    layer_input = e * sb * h / sp_div
+    return np.where(rc == 2, layer_input, stored)
+
+
+def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,
+                            act_bytes=2):
+    """Transient memory while one layer is recomputed: what recompute saved for that one layer (0 without)."""
+    full = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, 0, flash_attention, act_bytes)
+    kept = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)
+    return full - kept
+
+
+def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
+    """Last stage: the output layer's input (16-bit) and fp32 logits for the cross-entropy, one micro-batch
+    (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t)."""
+    sb, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    return act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
+
+
+def stage_params(m: ModelSpec, tp, pp):
+    """Parameters per GPU on (first, middle, last) stage: layers/t plus the embedding (first) and the output head
+    (last; a tied head is a copy of the embedding when p > 1, as in Megatron)."""
+    t, p = np.asarray(tp), np.asarray(pp)
+    edge, mid = stage_layers(m.layers, p)
+    layer = P.layer_params(m) / t
+    emb = P.embedding_params(m) / t
+    head = (P.output_params(m) + np.where(m.tied_embeddings & (p > 1), m.vocab * m.hidden, 0)) / t
+    single = m.layers * layer + emb + head
+    first = np.where(p == 1, single, edge * layer + emb)
+    last = np.where(p == 1, single, edge * layer + head)
+    middle = np.where(p > 2, mid * layer, first)
+    return first, middle, last
+
+
+def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
+                     precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0):
+    """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
+
+    weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
+    activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
+    the logits of one micro-batch.
+    other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
+    recomputed, and under ZeRO-3 two layers of gathered 16-bit parameters (current + prefetched).
+    Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
+    """
+    t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    w_pp, g_pp, o_pp = state_bytes_per_param(zero, d, precision)
+    act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
+                                     precision.activation_bytes)
+    edge, mid = stage_layers(m.layers, p)
+    stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
+    layers = (np.where(p == 1, m.layers, edge), np.where(p > 2, mid, edge), np.where(p == 1, m.layers, edge))
+    logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
+    work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
+                                   precision.activation_bytes)
+    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * P.layer_params(m) / t, 0.0)
+    other = overhead_bytes + work + gathered
+
+    best_parts, best_total, best_stage = None, None, None
+    for params_r, layers_r, r in zip(stage_params(m, t, p), layers, stage_idx):
+        parts = {
+            "weights": params_r * w_pp,
+            "gradients": params_r * g_pp,
+            "optimizer": params_r * o_pp,
+            "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * act
+            + np.where(r == p - 1, logits, 0.0),
+            "other": other,
+        }
+        total = sum(parts.values())
+        if best_total is None:
+            best_parts, best_total, best_stage = parts, total, r
+        else:
+            more = total > best_total
+            best_parts = {k: np.where(more, parts[k], best_parts[k]) for k in parts}
+            best_stage = np.where(more, r, best_stage)
+            best_total = np.maximum(total, best_total)
+    return best_parts, best_stage

@@ -1,0 +1,54 @@
+"""Pipeline parallelism: stage split, bubble and in-flight micro-batches (formulas.md §3.3, §5, §7).
+
+p pipeline stages, v virtual stages (model chunks) per rank, m micro-batches per pipeline per step.
+All functions take scalars or numpy arrays and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def stage_split_valid(layers, pp):
+    """Layers split evenly (L % p == 0), or Megatron's embedding/loss accounting ((L + 2) % p == 0: the first and
+    last stage each count the embedding or the loss as one layer; Llama-3 405B's 126 = 16·8 − 2)."""
+    layers, pp = np.asarray(layers), np.asarray(pp)
+    return (pp <= layers) & ((layers % pp == 0) | ((layers + 2) % pp == 0))
+
+
+def stage_layers(layers, pp):
+    """(layers on the first/last stage, layers on a middle stage). Even split: both L/p; otherwise (L+2)/p − 1
+    on the edge stages and (L+2)/p in the middle (`--account-for-embedding/loss-in-pipeline-split`)."""
+    layers, pp = np.asarray(layers), np.asarray(pp)
+    even = layers % pp == 0
+    mid = np.where(even, layers // pp, (layers + 2) // pp)
+    edge = np.where(even, mid, mid - 1)
+    return edge, mid
+
+
+def bubble_ratio(pp, num_microbatches, vpp=1):
+    """Idle time relative to the ideal (bubble-free) time: (p − 1)/(v·m).
+
+    Narayanan et al. 2021 §2.2.1 (1F1B/GPipe: (p−1)/m) and §2.2.2 (interleaved: (p−1)/(v·m)).
+    """
+    return (np.asarray(pp) - 1) / (np.asarray(vpp) * np.asarray(num_microbatches))
+
+
+def bubble_fraction(pp, num_microbatches, vpp=1):
+    """Share of the step spent in the bubble: r/(1 + r) with r = (p−1)/(v·m); in [0, 1)."""
+    r = bubble_ratio(pp, num_microbatches, vpp)
+    return r / (1.0 + r)
+
+
+def in_flight_layers(layers_on_stage, stage, pp, num_microbatches, vpp=1):
+    """Layer-micro-batches whose activations stage `stage` (0-based) holds at its peak.
+
+    1F1B (v = 1): min(m, p − r) micro-batches × layers (Korthikanti et al. 2022 §4, pipeline subsection: stage 0
+    holds p micro-batches, i.e. L layers' worth). Interleaved (v > 1): Megatron's warm-up of
+    2(p − r − 1) + (v − 1)·p chunk forwards, +1 in steady state, each chunk holding layers/v; for r = 0 this is
+    L·(1 + (p − 1)/(p·v)), Korthikanti's interleaving penalty. Capped at all m·v chunks of the step.
+    """
+    stage, pp, m, v = (np.asarray(x) for x in (stage, pp, num_microbatches, vpp))
+    plain = np.minimum(m, pp - stage) * layers_on_stage
+    chunks = np.minimum(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
+    return np.where(v > 1, chunks * layers_on_stage / v, plain)

@@ -1,0 +1,150 @@
+"""Step time, throughput and utilisation of a layout: the cost functions composed (formulas.md §5, §6).
+
+    step = compute + exposed TP comm + PP comm + exposed DP comm + bubble + optimizer
+
+compute and TP comm are m micro-batches through the slowest pipeline stage; the bubble is (p − 1)/v of one
+micro-batch's forward + backward on that stage (Narayanan et al. 2021 §2.2); DP communication overlaps the
+backward of the last micro-batch (gradients) and the forward of the first (parameter all-gather), as Megatron's
+--overlap-grad-reduce / --overlap-param-gather and PyTorch DDP/FSDP buckets do, and only the rest is exposed
+(Calculon's overlap window, Isaev et al. SC'23). ZeRO-3 gathers parameters for every micro-batch (ZeRO §7).
+
+`step_columns` takes one numpy column per knob and returns one column per result: the search calls it on every
+candidate at once and `evaluate` on a single layout, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost import comm, compute, flops, memory
+from planner.cost.params import layer_params
+from planner.cost.pipeline import stage_layers
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.strategy import Job, Precision, Runtime
+
+TIME_PARTS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
+
+# Adam step traffic per optimised parameter: read fp32 master, m, v and the grad; write master, m, v and the 16-bit
+# weight; the global grad-norm reads the grad once more: 26 + 2·grad bytes (memory-bound, formulas.md §6 roofline).
+_ADAM_FIXED_BYTES = 26
+
+
+def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int):
+    """Per layer per micro-batch: forward/backward kernel time and exposed TP communication, in seconds."""
+    s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], c["recompute"]
+    gemm = compute.layer_gemm_time_s(m, s, b, t, hw, e)
+    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e)
+    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s, b, t, sp, e), hw)
+    fwd = gemm + attn + elem
+    # Backward: dgrad + wgrad GEMMs, 2x attention (FlashAttention's backward also recomputes QK^T: 2.5x),
+    # element-wise gradients read the saved input and the incoming gradient and write one (~2x traffic).
+    attn_bwd = attn * np.where(rt.flash_attention, 2.5, 2.0)
+    bwd = 2 * gemm + attn_bwd + 2 * elem
+    recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
+
+    # TP: two all-reduces (or all-gather + reduce-scatter pairs with SP, same volume) of the b·s·h activation per
+    # layer forward and two in backward (Megatron 2019; Korthikanti §4); full recompute repeats the forward pair.
+    act_bytes = e * s * b * m.hidden
+    tp_pair = 2 * comm.all_reduce_time_s(act_bytes, t, 1, hw)
+    hide = rt.tp_comm_overlap
+    tp_fwd = np.where(hide, np.maximum(tp_pair - gemm, 0.0), tp_pair)
+    tp_bwd = np.where(hide, np.maximum(tp_pair - 2 * gemm, 0.0), tp_pair) + np.where(rc == 2, tp_fwd, 0.0)
+    return fwd, bwd + recompute, tp_fwd, tp_bwd
+
+
+def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
+                 runtime: Runtime = Runtime()) -> dict:
+    """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
+    throughput. Validity is not checked here (see planner.constraints)."""
+    c = {k: np.asarray(cols[k]) for k in KNOBS}
+    t, p, d, b, v, rc, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
+    e = precision.activation_bytes
+    num_mb = np.maximum(job.global_batch // np.maximum(b * d, 1), 1)
+
+    mem, stage = memory.memory_breakdown(
+        m, job.seq_len, t, p, d, b, num_mb, v, c["sp"], rc, z, precision, runtime.flash_attention,
+        hw.framework_overhead_bytes)
+
+    # Per micro-batch time of each stage; the slowest stage paces the pipeline.
+    fwd, bwd, tp_fwd, tp_bwd = _layer_times(m, hw, job, c, runtime, e)
+    edge, mid = stage_layers(m.layers, p)
+    logits = compute.logits_time_s(m, job.seq_len, b, t, hw, e)
+    first_last = np.where(p == 1, m.layers, edge)
+    stage_comp = np.maximum(first_last * (fwd + bwd) + logits, np.where(p > 2, mid, edge) * (fwd + bwd))
+    stage_tp = np.maximum(first_last, np.where(p > 2, mid, edge)) * (tp_fwd + tp_bwd)
+    stage_fwd = np.maximum(first_last, mid) * (fwd + tp_fwd)
+    stage_bwd = np.maximum(first_last, mid) * (bwd + tp_bwd)
+
+    # Placement: TP innermost, then either DP (Megatron's default order) or PP; pick the cheaper per layout.
+    params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
+    results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, stage_fwd, stage_bwd,
+                            stage_comp + stage_tp, dp_inner) for dp_inner in (True, False)]
+    pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
+    pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
+    dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
+
+    opt_params = params_stage / np.where(z >= 1, d, 1)
+    optimizer = opt_params * (_ADAM_FIXED_BYTES + 2 * precision.grad_bytes) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
+
+    times = {
+        "compute": num_mb * stage_comp,
+        "tp_comm": num_mb * stage_tp,
+        "pp_comm": pp_comm,
+        "dp_comm": dp_comm,
+        "bubble": (p - 1) / v * (stage_comp + stage_tp),
+        "optimizer": optimizer,
+    }
+    step = sum(times.values())
+    tokens = job.global_batch * job.seq_len
+    gpus = t * p * d
+    model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, runtime.causal_flops_halved)
+    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved)
+    out = {f"mem_{k}_bytes": v_ for k, v_ in mem.items()}
+    out["memory_bytes"] = sum(mem.values())
+    out.update({f"{k}_s": v_ for k, v_ in times.items()})
+    out.update(
+        step_time_s=step,
+        num_microbatches=num_mb,
+        tokens_per_s=tokens / step,
+        tflops_per_gpu=model_flops / (step * gpus) / 1e12,
+        mfu=model_flops / (step * gpus * hw.peak_flops),
+        hfu=hw_flops / (step * gpus * hw.peak_flops),
+        peak_stage=stage,
+        dp_inner=pick_dp_inner,
+    )
+    return out
+
+
+def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, stage_fwd, stage_bwd, stage_mb, dp_inner):
+    """(PP comm, exposed DP comm) in seconds per step for one rank placement."""
+    t, p, d, b, v, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "zero"))
+    dp_stride = np.where(dp_inner, t, t * p)
+    pp_stride = np.where(dp_inner, t * d, t)
+
+    # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
+    # interleaved; with scatter/gather or SP each TP rank sends 1/t of b·s·h (Narayanan §4.1).
+    p2p_bytes = precision.activation_bytes * job.seq_len * b * m.hidden / t
+    cross = pp_stride * p > hw.gpus_per_node
+    p2p = comm.p2p_time_s(p2p_bytes, cross, hw)
+    pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
+
+    grad_bytes = params_stage * precision.grad_bytes
+    param_bytes = params_stage * precision.param_bytes
+    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw)
+    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw)
+    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw)
+    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd, 0.0)
+    hide_params = np.where(rt.overlap_param_gather, stage_fwd, 0.0)
+    gather = np.maximum(ag - hide_params, 0.0)
+    plain = np.maximum(ar - hide_grads, 0.0)                       # DDP: all-reduce after the last backward
+    zero1 = np.maximum(rs - hide_grads, 0.0) + gather              # distributed optimizer: RS grads, AG params
+    # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
+    # (DeepSpeed stage 2); ZeRO-3 also gathers parameters for every forward and backward (ZeRO §7; FSDP), each
+    # prefetched behind that micro-batch's compute.
+    zero2 = num_mb * np.maximum(rs - hide_grads, 0.0) + gather
+    zero3 = num_mb * np.maximum(2 * ag + rs - stage_mb, 0.0)
+    by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
+    dp_comm = np.where(d > 1, by_stage, 0.0)
+    return pp_comm, dp_comm

@@ -1,0 +1,41 @@
+"""Plain-language reasons: why the winner beats the runner-up, and why the rest were rejected."""
+
+from __future__ import annotations
+
+from planner.cost.step import TIME_PARTS
+
+_KNOB_LABELS = (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
+                ("sequence_parallel", "SP"), ("recompute", "recompute"), ("zero_stage", "ZeRO"))
+_PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "pp_comm": "PP communication",
+                "dp_comm": "exposed DP communication", "bubble": "pipeline bubble", "optimizer": "optimizer step"}
+
+
+def layout_label(row) -> str:
+    sp = "+SP" if row["sequence_parallel"] else ""
+    return (f"TP{row['tp']}{sp} PP{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} DP{row['dp']} "
+            f"mb{row['micro_batch']} {row['recompute']} ZeRO-{row['zero_stage']}")
+
+
+def why_first(table) -> str:
+    """One line: what makes row 0 faster than row 1 (the time parts that differ most, and the knobs)."""
+    if len(table) == 0:
+        return ""
+    a = table.iloc[0]
+    if len(table) == 1:
+        return f"#1 {layout_label(a)} is the only layout that fits."
+    b = table.iloc[1]
+    gain = b["step_time_s"] / a["step_time_s"] - 1
+    deltas = sorted(((b[f"{k}_s"] - a[f"{k}_s"], k) for k in TIME_PARTS), reverse=True)
+    wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.01 * a["step_time_s"]][:2]
+    knobs = [f"{label} {a[k]} vs {b[k]}" for k, label in _KNOB_LABELS if a[k] != b[k]]
+    if gain < 1e-9:
+        tie = "uses less memory" if a["memory_gib"] < b["memory_gib"] else "has fewer pipeline stages"
+        return f"#1 and #2 are equally fast; #1 {tie} ({', '.join(knobs)})."
+    why = "; ".join(wins) if wins else "small gains spread over several parts"
+    return (f"#1 is {100 * gain:.1f}% faster than #2: {why} "
+            f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
+
+
+def rejection_summary(considered: int, rejected: dict[str, int], kept: int) -> str:
+    parts = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    return f"{considered:,} layouts considered, {kept:,} fit" + (f"; rejected: {parts}." if parts else ".")

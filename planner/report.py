@@ -1,0 +1,149 @@
+"""Outputs: rich tables, the JSON contract and CSV. Human units (GiB = 2^30 bytes, s) only here at the edge."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.cost.memory import MEMORY_PARTS
+from planner.cost.params import total_params
+from planner.cost.step import TIME_PARTS
+from planner.explain import layout_label, rejection_summary, why_first
+from planner.search import SearchResult
+
+CONVENTIONS = {
+    "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention not halved for causality) / (step * GPUs * "
+           "dense bf16 peak); excludes recomputation",
+    "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer; selective: attention core)",
+    "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
+}
+_CONTRACT_KEYS = ("tp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
+                  "recompute", "zero_stage", "fits", "memory_gib")
+_AFTER_KEYS = ("step_time_s",)
+_TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
+
+
+def _plain(value):
+    """numpy scalars -> JSON-ready Python values."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def config_record(row) -> dict:
+    """One layout in the public JSON shape (names are the stable interface)."""
+    rec = {k: _plain(row[k]) for k in _CONTRACT_KEYS}
+    rec["memory_breakdown_gib"] = {k: _plain(row[f"{k}_gib"]) for k in MEMORY_PARTS}
+    rec.update({k: _plain(row[k]) for k in _AFTER_KEYS})
+    rec["time_breakdown_s"] = {k: _plain(row[f"{k}_s"]) for k in TIME_PARTS}
+    rec.update({k: _plain(row[k]) for k in _TAIL_KEYS})
+    if "overflow_gib" in row:
+        rec["overflow_gib"] = _plain(row["overflow_gib"])
+    return rec
+
+
+def result_document(result: SearchResult, top: int) -> dict:
+    """The JSON contract: model, hardware, gpus, considered, rejected, configs (best first)."""
+    table = result.table.head(top)
+    doc = {
+        "model": {"name": result.model.name, "params": total_params(result.model)},
+        "hardware": {"name": result.hardware.name},
+        "gpus": result.job.gpus,
+        "seq_len": result.job.seq_len,
+        "global_batch": result.job.global_batch,
+        "memory_capacity_gib": (result.hardware.hbm_bytes - result.headroom_bytes) / 2**30,
+        "considered": result.considered,
+        "rejected": dict(result.rejected),
+        "configs": [config_record(r) for _, r in table.iterrows()],
+        "why_first": why_first(result.table),
+        "conventions": CONVENTIONS,
+    }
+    if len(result.table) == 0:
+        doc["closest"] = [config_record(r) for _, r in result.closest.head(top).iterrows()]
+        doc["min_gpus_that_fit"] = result.min_gpus_that_fit
+    return doc
+
+
+def to_json(result: SearchResult, top: int) -> str:
+    return json.dumps(result_document(result, top), indent=2)
+
+
+def to_csv(result: SearchResult, top: int) -> str:
+    table = result.table if len(result.table) else result.closest
+    return table.head(top).to_csv(index=False)
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k"
+
+
+def layouts_table(df, title: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for name in ("#", "TP", "PP", "DP", "mb", "m", "VPP", "SP", "recompute", "ZeRO", "memory GiB", "dominant",
+                 "step s", "tokens/s", "TFLOP/s/GPU", "MFU"):
+        t.add_column(name, justify="left" if name in ("recompute", "dominant") else "right")
+    for i, (_, r) in enumerate(df.iterrows(), 1):
+        dominant = max(MEMORY_PARTS, key=lambda k: r[f"{k}_gib"])
+        mem = f"{r['memory_gib']:.1f} {'fits' if r['fits'] else 'OOM'}"
+        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]),
+                  str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
+                  r["recompute"], str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
+                  _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}")
+    return t
+
+
+def print_search(result: SearchResult, top: int, out: Console, err: Console) -> None:
+    m, hw, job = result.model, result.hardware, result.job
+    cap = (hw.hbm_bytes - result.headroom_bytes) / 2**30
+    head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
+            f"global batch {job.global_batch} sequences ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
+            f"memory limit {cap:.1f} GiB per GPU")
+    if len(result.table):
+        out.print(layouts_table(result.table.head(top), head))
+        out.print(why_first(result.table))
+    else:
+        err.print(f"Nothing fits: no valid layout of {m.name} on {job.gpus} x {hw.name} fits in {cap:.1f} GiB.")
+        if len(result.closest):
+            out.print(layouts_table(result.closest.head(top), head + " (closest, none fits)"))
+            best = result.closest.iloc[0]
+            err.print(f"Closest: {layout_label(best)} needs {best['memory_gib']:.1f} GiB, "
+                      f"{best['overflow_gib']:.1f} GiB over.")
+        if result.min_gpus_that_fit:
+            err.print(f"Smallest GPU count (whole {hw.gpus_per_node}-GPU nodes) with a layout that fits: "
+                      f"{result.min_gpus_that_fit}.")
+    out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
+    out.print("MFU: model FLOPs (PaLM convention, causal attention not halved) / dense bf16 peak; memory in GiB.")
+
+
+def print_breakdown(ev, out: Console) -> None:
+    """The full memory and time breakdown of one layout."""
+    r, res = ev.row, ev.result
+    hw, m = res.hardware, res.model
+    verdict = "fits" if ev.fits else "does NOT fit"
+    out.print(f"[bold]{m.name} on {res.job.gpus} x {hw.name}: {layout_label(r)}[/bold]")
+    out.print(f"Memory per GPU (most loaded stage: {r['peak_stage']}): {r['memory_gib']:.1f} GiB of "
+              f"{ev.capacity_gib:.1f} GiB usable -> {verdict}; dominated by {ev.dominant_memory}.")
+    mt = Table(header_style="bold")
+    mt.add_column("memory part")
+    mt.add_column("GiB", justify="right")
+    mt.add_column("share", justify="right")
+    for k, v in ev.memory_gib.items():
+        mt.add_row(k, f"{v:.2f}", f"{v / r['memory_gib']:.0%}")
+    mt.add_row("[bold]total[/bold]", f"[bold]{r['memory_gib']:.2f}[/bold]", "")
+    out.print(mt)
+    tt = Table(header_style="bold")
+    tt.add_column("time part")
+    tt.add_column("s", justify="right")
+    tt.add_column("share", justify="right")
+    for k, v in ev.time_s.items():
+        tt.add_row(k, f"{v:.3f}", f"{v / r['step_time_s']:.1%}")
+    tt.add_row("[bold]step[/bold]", f"[bold]{r['step_time_s']:.3f}[/bold]", "")
+    out.print(tt)
+    out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
+              f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
+              f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}; rank order {r['placement']}.")

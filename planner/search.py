@@ -1,0 +1,277 @@
+"""Enumerate layouts, reject invalid ones with a reason, drop what does not fit, rank the rest.
+
+One numpy column per knob; every candidate is evaluated by the same vectorised cost functions in a few calls
+(chunked so that the arrays stay small at any GPU count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+
+from planner import constraints
+from planner.cost.memory import MEMORY_PARTS, memory_breakdown
+from planner.cost.params import total_params
+from planner.cost.pipeline import stage_layers
+from planner.cost.step import KNOBS, TIME_PARTS, step_columns
+from planner.errors import PlannerError
+from planner.specs.hardware import HardwareSpec, load_hardware
+from planner.specs.model import ModelSpec, load_model
+from planner.specs.strategy import (RECOMPUTE, ZERO_STAGES, Job, Precision, Runtime, recompute_code,
+                                    zero_code)
+
+GIB = 2**30
+DEFAULT_HEADROOM_GIB = 3.0
+DEFAULT_HARDWARE = "h100-sxm"
+CHUNK_ROWS = 200_000
+MAX_MICRO_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Knobs the user fixed; None = search over it."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    micro_batch: int | None = None
+    vpp: int | None = None
+    sequence_parallel: bool | None = None
+    recompute: str | None = None
+    zero_stage: int | None = None
+
+
+@dataclass
+class SearchResult:
+    model: ModelSpec
+    hardware: HardwareSpec
+    job: Job
+    headroom_bytes: float
+    considered: int
+    rejected: dict[str, int]
+    table: "object"                    # pandas DataFrame: fitting layouts, best first
+    closest: "object"                  # pandas DataFrame: valid layouts that do not fit, least overflow first
+    runtime: Runtime = field(default_factory=Runtime)
+    min_gpus_that_fit: int | None = None
+
+
+# --- inputs -------------------------------------------------------------------------------------------------------
+
+def make_job(model: ModelSpec, gpus, seq_len=None, global_batch=None, global_batch_tokens=None) -> Job:
+    """Resolve the sequence length and the global batch (sequences) from flags or the model's defaults."""
+    if global_batch is not None and global_batch_tokens is not None:
+        raise PlannerError("--global-batch", "give either --global-batch (sequences) or --global-batch-tokens, not both")
+    s = model.seq_len if seq_len is None else seq_len
+    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+        raise PlannerError("--seq-len", f"got {s!r}, expected a positive integer")
+    if global_batch is None:
+        tokens = model.global_batch_tokens if global_batch_tokens is None else global_batch_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise PlannerError("--global-batch-tokens", f"got {tokens!r}, expected a positive integer")
+        global_batch = max(1, round(tokens / s))
+        if global_batch_tokens is not None and global_batch * s != tokens:
+            raise PlannerError("--global-batch-tokens", f"{tokens:,} tokens is not a whole number of "
+                                                        f"{s}-token sequences")
+    return Job(gpus=gpus, seq_len=s, global_batch=global_batch)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+    return sorted(set(small + [n // i for i in small]))
+
+
+def _micro_batches(global_batch: int, dp: int) -> list[int]:
+    """Divisors of the per-replica batch; if DP does not divide the batch, powers of two (rejected with a reason)."""
+    if global_batch % dp == 0:
+        return [x for x in _divisors(global_batch // dp) if x <= MAX_MICRO_BATCH]
+    return [2**i for i in range(int(math.log2(max(global_batch // dp, 1))) + 1)]
+
+
+def check_pins(pins: Pins, job: Job) -> None:
+    """Pinned degrees must be positive integers that can multiply to the GPU count."""
+    for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
+        value = getattr(pins, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise PlannerError(f"--{name.replace('_', '-')}", f"got {value!r}, expected a positive integer")
+    n = job.gpus
+    pinned = {k: getattr(pins, k) for k in ("tp", "pp", "dp") if getattr(pins, k) is not None}
+    if len(pinned) == 3 and math.prod(pinned.values()) != n:
+        terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
+        raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} != gpus({n})")
+    if math.prod(pinned.values()) and n % math.prod(pinned.values()):
+        terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
+        raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} does not divide gpus({n})")
+
+
+def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dict[str, np.ndarray]:
+    """Every TP x PP x DP factorization of the GPU count x micro-batch x VPP x SP x recompute x ZeRO, as columns.
+
+    Micro-batches: divisors of the per-replica batch. VPP: divisors of the layers per stage when the split is even.
+    """
+    n = job.gpus
+    rcs = [recompute_code(pins.recompute)] if pins.recompute is not None else list(range(len(RECOMPUTE)))
+    blocks = []
+    for tp in [pins.tp] if pins.tp is not None else _divisors(n):
+        if n % tp:
+            continue
+        for pp in [pins.pp] if pins.pp is not None else _divisors(n // tp):
+            if (n // tp) % pp:
+                continue
+            dp = n // (tp * pp)
+            if pins.dp is not None and dp != pins.dp:
+                continue
+            edge, mid = (int(x) for x in stage_layers(model.layers, pp))
+            if pins.vpp is not None:
+                vpps = [pins.vpp]
+            else:
+                vpps = _divisors(mid) if pp > 1 and edge == mid else [1]
+            mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, dp)
+            # SP only means something with TP > 1, ZeRO only with DP > 1: unpinned, those are not enumerated.
+            sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
+            zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else list(ZERO_STAGES)[:1 + 3 * (dp > 1)]
+            inner = np.array(list(product(sps, rcs, zs)), dtype=np.int64).reshape(-1, 3)
+            outer = np.array(list(product([tp], [pp], [dp], mbs, vpps)), dtype=np.int64)
+            rows = np.repeat(outer, len(inner), axis=0)
+            blocks.append(np.hstack([rows, np.tile(inner, (len(outer), 1))]))
+    if not blocks:
+        return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
+    grid = np.vstack(blocks)
+    return {k: grid[:, i] for i, k in enumerate(KNOBS)}
+
+
+# --- search -------------------------------------------------------------------------------------------------------
+
+def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
+    import pandas as pd  # heavy import kept off the CLI's start-up path until needed
+
+    df = pd.DataFrame({
+        "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"],
+        "num_microbatches": res["num_microbatches"].astype(np.int64), "global_batch": job.global_batch,
+        "vpp": cols["vpp"], "sequence_parallel": cols["sp"].astype(bool),
+        "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]], "zero_stage": cols["zero"],
+        "fits": res["memory_bytes"] <= capacity_bytes,
+        "memory_gib": res["memory_bytes"] / GIB,
+        **{f"{k}_gib": res[f"mem_{k}_bytes"] / GIB for k in MEMORY_PARTS},
+        "step_time_s": res["step_time_s"],
+        **{f"{k}_s": res[f"{k}_s"] for k in TIME_PARTS},
+        "tokens_per_s": res["tokens_per_s"], "tflops_per_gpu": res["tflops_per_gpu"],
+        "mfu": res["mfu"], "hfu": res["hfu"],
+        "placement": np.where(res["dp_inner"], "tp-dp-pp", "tp-pp-dp"),
+        "peak_stage": res["peak_stage"].astype(np.int64),
+    })
+    return df
+
+
+def _rank(df):
+    return df.sort_values(["tokens_per_s", "memory_gib", "pp"], ascending=[False, True, True],
+                          kind="stable").reset_index(drop=True)
+
+
+def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, global_batch=None,
+               global_batch_tokens=None, pins: Pins = Pins(), headroom_gib=DEFAULT_HEADROOM_GIB,
+               allow_cross_node_tp=False, precision: Precision = Precision(), runtime: Runtime = Runtime(),
+               find_min_gpus=True) -> SearchResult:
+    """Search all layouts of `model` on `gpus` GPUs of `hardware`; see SearchResult."""
+    import pandas as pd
+
+    m, hw = load_model(model), load_hardware(hardware)
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
+        raise PlannerError("--gpus", f"got {gpus!r}, expected a positive integer")
+    job = make_job(m, int(gpus), seq_len, global_batch, global_batch_tokens)
+    if not (isinstance(headroom_gib, (int, float)) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
+        raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
+    capacity = hw.hbm_bytes - headroom_gib * GIB
+    check_pins(pins, job)
+    cols = enumerate_candidates(m, job, pins)
+    n = len(cols["tp"])
+    rejected: dict[str, int] = {}
+    fitting, overflowing = [], []
+    for start in range(0, n, CHUNK_ROWS):
+        chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
+        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp)
+        failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
+        for i, (reason, _) in enumerate(rule_list):
+            count = int(np.count_nonzero(failed == i))
+            if count:
+                rejected[reason] = rejected.get(reason, 0) + count
+        if not valid.any():
+            continue
+        good = {k: v[valid] for k, v in chunk.items()}
+        res = step_columns(m, hw, job, good, precision, runtime)
+        df = _rows_to_frame(good, res, job, capacity)
+        fitting.append(df[df["fits"]])
+        overflowing.append(df[~df["fits"]])
+    empty = _rows_to_frame({k: np.zeros(0, dtype=np.int64) for k in KNOBS},
+                           {k: np.zeros(0) for k in _result_keys()}, job, capacity)
+    table = _rank(pd.concat(fitting, ignore_index=True)) if fitting else empty
+    over = pd.concat(overflowing, ignore_index=True) if overflowing else empty
+    if len(over):
+        rejected[constraints.FIT_REASON] = len(over)
+        over = over.assign(overflow_gib=over["memory_gib"] - capacity / GIB)
+        over = over.sort_values(["overflow_gib", "tokens_per_s"], ascending=[True, False]).reset_index(drop=True)
+    result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime)
+    if len(table) == 0 and find_min_gpus:
+        result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
+                                                         precision, runtime)
+    return result
+
+
+def _result_keys():
+    return (["memory_bytes", "step_time_s", "num_microbatches", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu",
+             "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
+
+
+def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime) -> bool:
+    """Memory-only check: does any valid layout on job.gpus fit?"""
+    cols = enumerate_candidates(m, job, pins)
+    for start in range(0, len(cols["tp"]), CHUNK_ROWS):
+        c = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
+        _, valid = constraints.first_failure(constraints.rules(m, hw, job, c, allow_cross_node_tp), len(c["tp"]))
+        if not valid.any():
+            continue
+        c = {k: v[valid] for k, v in c.items()}
+        num_mb = job.global_batch // (c["micro_batch"] * c["dp"])
+        parts, _ = memory_breakdown(m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_mb, c["vpp"],
+                                    c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention,
+                                    hw.framework_overhead_bytes)
+        if (sum(parts.values()) <= capacity).any():
+            return True
+    return False
+
+
+def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
+                          max_gpus=2**20) -> int | None:
+    """Smallest whole-node GPU count above job.gpus with a layout that fits (global batch kept), or None.
+
+    Scans every node count up to 4x the request, then doubles; memory only, so it stays fast.
+    """
+    g = hw.gpus_per_node
+    start = (job.gpus // g + 1) * g
+    counts = list(range(start, min(4 * max(job.gpus, g), max_gpus) + 1, g))
+    nxt = counts[-1] * 2 if counts else start
+    while nxt <= max_gpus:
+        counts.append(nxt)
+        nxt *= 2
+    unpinned = Pins(**{**pins.__dict__, "dp": None})
+    for count in counts:
+        trial = Job(gpus=count, seq_len=job.seq_len, global_batch=job.global_batch)
+        if _fits_somewhere(m, hw, trial, unpinned, capacity, allow_cross_node_tp, precision, runtime):
+            return count
+    return None
+
+
+def search(model="405b", gpus=512, **kwargs):
+    """Ranked layouts as a pandas DataFrame, best first; `df.attrs` holds considered/rejected counts.
+
+    Keyword arguments are those of `run_search`; pinning knobs may be given directly (tp=8, recompute="full").
+    """
+    pin_keys = set(Pins.__dataclass_fields__)
+    pins = Pins(**{k: kwargs.pop(k) for k in list(kwargs) if k in pin_keys})
+    result = run_search(model, gpus, pins=pins, **kwargs)
+    df = result.table
+    df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,
+                    considered=result.considered, rejected=dict(result.rejected))
+    return df
