@@ -1,0 +1,126 @@
+"""The plan command: output formats, the JSON contract, exit codes, and the installed entry points."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app, main
+
+runner = CliRunner()
+CONFIG_KEYS = {"tp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
+               "recompute", "zero_stage", "fits", "memory_gib", "memory_breakdown_gib", "step_time_s",
+               "time_breakdown_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"}
+
+
+def test_table_shows_ranked_layouts_and_reasons():
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for needle in ("TP", "PP", "DP", "MFU", "memory GiB", "#1 ", "layouts considered", "TP exceeds the 8 GPUs",
+                   "does not fit in memory", "PaLM"):
+        assert needle in out
+
+
+def test_json_follows_the_contract():
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--format", "json", "--top", "5"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert doc["model"]["name"] == "llama-3.1-405b" and abs(doc["model"]["params"] - 405.85e9) < 0.5e9
+    assert doc["hardware"]["name"] == "h100-sxm" and doc["gpus"] == 512
+    assert doc["considered"] > sum(doc["rejected"].values()) >= 1
+    assert isinstance(doc["rejected"], dict) and doc["rejected"]
+    assert 1 <= len(doc["configs"]) <= 5
+    for c in doc["configs"]:
+        assert CONFIG_KEYS <= set(c)
+        assert set(c["memory_breakdown_gib"]) == {"weights", "gradients", "optimizer", "activations", "other"}
+        assert set(c["time_breakdown_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
+        assert c["tp"] * c["pp"] * c["dp"] == 512 and c["tp"] <= 8 and c["fits"] is True
+        assert c["memory_gib"] <= 80 and c["recompute"] in ("none", "selective", "full")
+        assert c["zero_stage"] in (0, 1, 2, 3) and 0 < c["mfu"] <= 1
+        assert abs(sum(c["time_breakdown_s"].values()) - c["step_time_s"]) < 1e-6 * c["step_time_s"]
+    speeds = [c["tokens_per_s"] for c in doc["configs"]]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_csv_has_a_header_and_rows():
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--format", "csv", "--top", "3"])
+    assert res.exit_code == 0
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith("tp,pp,dp,micro_batch") and len(lines) == 4
+
+
+def test_pinned_layout_prints_breakdown_and_verdict():
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "4", "--dp", "16"])
+    assert res.exit_code in (0, 1)
+    assert "fits" in res.output and "dominated by" in res.output
+    for part in ("weights", "optimizer", "activations", "compute", "tp_comm", "bubble"):
+        assert part in res.output
+
+
+def test_pinned_layout_that_does_not_fit_exits_1_with_breakdown():
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "64", "--tp", "8", "--pp", "1", "--dp", "8",
+                              "--recompute", "none"])
+    assert res.exit_code == 1
+    assert "does NOT fit" in res.output
+
+
+def test_nothing_fits_exits_1_and_names_a_gpu_count():
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "16"])
+    assert res.exit_code == 1
+    assert "Nothing fits" in res.output and "Smallest GPU count" in res.output
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--model", "406b", "--gpus", "512"], "--model"),
+    (["--model", "405b", "--gpus", "0"], "--gpus"),
+    (["--model", "405b", "--gpus", "512", "--hardware", "h101"], "--hardware"),
+    (["--model", "405b", "--gpus", "512", "--tp", "3"], "layout"),
+    (["--model", "405b", "--gpus", "384", "--tp", "3"], "--tp"),
+    (["--model", "405b", "--gpus", "512", "--recompute", "some"], "--recompute"),
+    (["--model", "405b", "--gpus", "512", "--zero", "5"], "--zero"),
+    (["--model", "405b"], "--gpus"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, field, capsys):
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and field in err and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_usage_errors_are_one_line_too(capsys):
+    assert main(["--model", "405b", "--gpus", "many"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--gpus" in err
+
+
+def test_models_and_hardware_lists():
+    res = runner.invoke(app, ["models"])
+    assert res.exit_code == 0 and "llama-3.1-405b" in res.output and "gpt3-175b" in res.output
+    res = runner.invoke(app, ["hardware"])
+    assert res.exit_code == 0
+    for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x"):
+        assert name in res.output
+
+
+def test_python_dash_m_planner():
+    res = subprocess.run([sys.executable, "-m", "planner", "--model", "8b", "--gpus", "8", "--format", "json",
+                          "--top", "1"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["configs"][0]["tp"] * json.loads(res.stdout)["configs"][0]["pp"] <= 8
+
+
+def test_installed_plan_command_runs_from_another_directory(tmp_path):
+    """The console script finds its bundled hardware profiles wherever it runs."""
+    exe = shutil.which("plan", path=os.path.dirname(sys.executable)) or shutil.which("plan")
+    if exe is None:
+        pytest.skip("the plan console script is not installed in this environment")
+    res = subprocess.run([exe, "--model", "405b", "--gpus", "512", "--format", "json", "--top", "3"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["configs"]) == 3

@@ -1,0 +1,104 @@
+"""Search invariants: every ranked layout is valid, fits and multiplies to N; ranking and pinning behave."""
+
+import numpy as np
+import pytest
+
+from planner.constraints import FIT_REASON
+from planner.errors import PlannerError
+from planner.evaluate import evaluate
+from planner.search import Pins, enumerate_candidates, make_job, run_search, search
+from planner.specs.model import load_model
+
+
+def test_every_ranked_layout_multiplies_to_n_fits_and_is_valid(search_405b_512):
+    r = search_405b_512
+    t = r.table
+    assert len(t) > 0
+    assert (t.tp * t.pp * t.dp == 512).all()
+    assert t.fits.all()
+    assert (t.memory_gib <= (r.hardware.hbm_bytes - r.headroom_bytes) / 2**30 + 1e-9).all()
+    assert (t.tp <= 8).all()
+    assert (128 % t.tp == 0).all() and ((8 % t.tp == 0) | (t.tp % 8 == 0)).all()
+    assert (2048 % (t.dp * t.micro_batch) == 0).all()
+    assert (t.num_microbatches * t.dp * t.micro_batch == 2048).all()
+    assert (((126 % t.pp) == 0) | ((128 % t.pp) == 0)).all()
+
+
+def test_ranked_by_tokens_per_s_then_memory_then_pp(search_405b_512):
+    t = search_405b_512.table
+    tps = t.tokens_per_s.to_numpy()
+    assert (np.diff(tps) <= 1e-9 * tps[:-1]).all()
+    ties = t[t.tokens_per_s.duplicated(keep=False)]
+    for _, group in ties.groupby("tokens_per_s"):
+        assert group.memory_gib.is_monotonic_increasing
+
+
+def test_counts_add_up(search_405b_512):
+    r = search_405b_512
+    assert r.considered == len(r.table) + sum(r.rejected.values())
+    assert r.rejected[FIT_REASON] == len(r.closest)
+    assert any("TP exceeds" in k for k in r.rejected)
+
+
+def test_breakdown_parts_sum_to_totals(search_405b_512):
+    t = search_405b_512.table
+    mem = t[[f"{k}_gib" for k in ("weights", "gradients", "optimizer", "activations", "other")]].sum(axis=1)
+    assert np.allclose(mem, t.memory_gib)
+    tim = t[[f"{k}_s" for k in ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")]].sum(axis=1)
+    assert np.allclose(tim, t.step_time_s)
+    assert ((t.mfu > 0) & (t.mfu <= 1)).all() and (t.hfu >= t.mfu - 1e-12).all()
+
+
+def test_evaluate_reproduces_a_search_row_exactly(search_405b_512):
+    row = search_405b_512.table.iloc[3]
+    ev = evaluate("405b", 512, tp=int(row.tp), pp=int(row.pp), dp=int(row.dp), micro_batch=int(row.micro_batch),
+                  vpp=int(row.vpp), sequence_parallel=bool(row.sequence_parallel), recompute=row.recompute,
+                  zero_stage=int(row.zero_stage))
+    for key, value in row.items():
+        assert ev.row[key] == value, key
+
+
+def test_pins_restrict_the_search():
+    df = search("70b", 64, tp=4, recompute="selective")
+    assert len(df) and (df.tp == 4).all() and (df.recompute == "selective").all()
+    assert df.attrs["considered"] > 0 and df.attrs["gpus"] == 64
+
+
+def test_pinned_degrees_must_multiply_to_gpus():
+    with pytest.raises(PlannerError, match=r"tp\(8\) \* pp\(4\) \* dp\(8\) = 256 != gpus\(512\)"):
+        run_search("405b", 512, pins=Pins(tp=8, pp=4, dp=8))
+
+
+def test_pinned_tp_that_does_not_divide_heads_is_named():
+    with pytest.raises(PlannerError) as info:
+        evaluate("405b", 384, tp=3)
+    assert info.value.field == "--tp" and "heads" in str(info.value)
+
+
+def test_nothing_fits_reports_closest_and_smallest_gpu_count():
+    r = run_search("405b", 16)
+    assert len(r.table) == 0 and len(r.closest) > 0
+    assert (r.closest.overflow_gib > 0).all() and r.closest.overflow_gib.is_monotonic_increasing
+    assert r.min_gpus_that_fit is not None and r.min_gpus_that_fit % 8 == 0 and r.min_gpus_that_fit > 16
+    # The count it names really has a fitting layout.
+    assert len(run_search("405b", r.min_gpus_that_fit, find_min_gpus=False).table) > 0
+
+
+def test_enumeration_covers_every_factorization():
+    job = make_job(load_model("8b"), 64)
+    cols = enumerate_candidates(load_model("8b"), job)
+    pairs = {(int(t), int(p)) for t, p in zip(cols["tp"], cols["pp"])}
+    expected = {(t, p) for t in (1, 2, 4, 8, 16, 32, 64) for p in (1, 2, 4, 8, 16, 32, 64) if t * p <= 64}
+    assert pairs == expected
+    assert (cols["tp"] * cols["pp"] * cols["dp"] == 64).all()
+
+
+def test_global_batch_from_tokens_and_conflicts():
+    m = load_model("405b")
+    assert make_job(m, 512).global_batch == 2048                       # 16Mi tokens / 8192
+    assert make_job(m, 512, seq_len=4096).global_batch == 4096
+    assert make_job(m, 512, global_batch_tokens=2**22).global_batch == 512
+    with pytest.raises(PlannerError, match="not both"):
+        make_job(m, 512, global_batch=8, global_batch_tokens=2**20)
+    with pytest.raises(PlannerError, match="whole number"):
+        make_job(m, 512, global_batch_tokens=1000)
