@@ -1,0 +1,195 @@
+"""Re-predict published (or your own) measured training runs and report the error.
+
+Each run pins what its source states; knobs the source leaves open (micro-batch, VPP, ...) take the planner's best
+choice for the pinned ones, and the report says which were searched. The measured throughput is turned into a
+step time with the FLOP convention the source uses (Narayanan 2021 counts the recompute forward: 96-form;
+Korthikanti/PaLM/torchtitan/MosaicML count model FLOPs), so predicted and measured compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.cost import flops
+from planner.errors import PlannerError
+from planner.evaluate import Evaluation, evaluate
+from planner.specs._files import read_mapping, validate
+from planner.specs.model import ModelFile
+from planner.specs.strategy import Runtime
+
+BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
+THROUGHPUT_KEYS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunLayout(_Strict):
+    tp: int | None = Field(default=None, ge=1)
+    pp: int | None = Field(default=None, ge=1)
+    dp: int | None = Field(default=None, ge=1)
+    micro_batch: int | None = Field(default=None, ge=1)
+    vpp: int | None = Field(default=None, ge=1)
+    sequence_parallel: bool | None = None
+    recompute: Literal["none", "selective", "full"] | None = None
+    zero_stage: int | None = Field(default=None, ge=0, le=3)
+
+
+class RunRuntime(_Strict):
+    flash_attention: bool
+    tp_comm_overlap: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+
+
+class Measured(_Strict):
+    iteration_time_s: float | None = Field(default=None, gt=0)
+    tokens_per_s: float | None = Field(default=None, gt=0)
+    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
+    tflops_per_gpu: float | None = Field(default=None, gt=0, lt=1e5)
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    memory_gib: float | None = Field(default=None, gt=0)
+
+    @property
+    def throughput(self) -> tuple[str, float]:
+        given = [(k, getattr(self, k)) for k in THROUGHPUT_KEYS if getattr(self, k) is not None]
+        return given[0]
+
+
+class ValidationRun(_Strict):
+    """One measured run: its configuration, what was measured, and how its source counts FLOPs."""
+
+    id: str
+    group: str
+    source: str
+    source_locator: str = ""
+    model: ModelFile
+    hardware: str
+    gpus: int = Field(ge=1)
+    layout: RunLayout = RunLayout()
+    runtime: RunRuntime
+    measured: Measured
+    flops_convention: Literal["model", "model_plus_full_recompute"] | None = None
+    peak_tflops: float | None = Field(default=None, gt=0)
+    other_reported: dict = {}
+    assumptions: dict = {}
+    notes: list[str] = []
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ValidationRun":
+        given = [k for k in THROUGHPUT_KEYS if getattr(self.measured, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"measured must give exactly one of {', '.join(THROUGHPUT_KEYS)}, got {given or 'none'}")
+        if given[0] in ("tflops_per_gpu", "mfu") and self.flops_convention is None:
+            raise ValueError(f"measured {given[0]} needs flops_convention (model or model_plus_full_recompute)")
+        if given[0] == "mfu" and self.peak_tflops is None:
+            raise ValueError("measured mfu needs peak_tflops (the peak the source divides by)")
+        return self
+
+
+class RunsFile(_Strict):
+    meta: dict = {}
+    runs: list[ValidationRun]
+
+
+def load_runs(path: str | Path | None = None) -> list[ValidationRun]:
+    """The bundled published runs, or a user's file in the same format."""
+    p = BUNDLED_RUNS if path is None else Path(path).expanduser()
+    return list(validate(RunsFile, read_mapping(p, "runs file"), f"runs file {p.name}").runs)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    run: ValidationRun
+    evaluation: Evaluation | None
+    measured_step_s: float
+    predicted_step_s: float
+    searched: tuple[str, ...]          # knobs the source did not state: the planner's best choice
+    error: str | None = None           # why the run could not be predicted
+
+    @property
+    def metric(self) -> str:
+        return self.run.measured.throughput[0]
+
+    @property
+    def measured_value(self) -> float:
+        return self.run.measured.throughput[1]
+
+    @property
+    def predicted_value(self) -> float:
+        """The predicted run in the source's own metric (time: proportional; throughput: inverse)."""
+        ratio = self.predicted_step_s / self.measured_step_s
+        return self.measured_value * (ratio if self.metric == "iteration_time_s" else 1 / ratio)
+
+    @property
+    def throughput_error(self) -> float:
+        """Signed relative error of predicted throughput: + means the planner is optimistic."""
+        return self.measured_step_s / self.predicted_step_s - 1
+
+    @property
+    def fits(self) -> bool:
+        return self.evaluation is not None and self.evaluation.fits
+
+
+def _convention_flops(run: ValidationRun, spec) -> float:
+    s, b = spec.seq_len, run.model.global_batch
+    if run.flops_convention == "model_plus_full_recompute":
+        return float(b * s * flops.hardware_flops_per_token(spec, s, 2))
+    return float(flops.model_flops_per_step(spec, s, b))
+
+
+def measured_step_time_s(run: ValidationRun) -> float:
+    """The measured step time implied by the source's metric and FLOP convention."""
+    spec = run.model.to_spec()
+    key, value = run.measured.throughput
+    tokens = spec.seq_len * run.model.global_batch
+    if key == "iteration_time_s":
+        return value
+    if key == "tokens_per_s":
+        return tokens / value
+    if key == "tokens_per_s_per_gpu":
+        return tokens / (value * run.gpus)
+    f = _convention_flops(run, spec)
+    if key == "tflops_per_gpu":
+        return f / (value * 1e12 * run.gpus)
+    return f / (value * run.peak_tflops * 1e12 * run.gpus)
+
+
+def predict(run: ValidationRun, **search_kwargs) -> Prediction:
+    """Evaluate the run's published configuration; unstated knobs take the planner's best choice."""
+    if run.model.global_batch is None:
+        raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
+    searched = tuple(k for k, v in run.layout.model_dump().items() if v is None)
+    runtime = Runtime(**run.runtime.model_dump())
+    measured = measured_step_time_s(run)
+    try:
+        ev = evaluate(run.model.to_spec(), run.gpus, hardware=run.hardware, global_batch=run.model.global_batch,
+                      runtime=runtime, **run.layout.model_dump(), **search_kwargs)
+    except PlannerError as exc:
+        return Prediction(run, None, measured, math.nan, searched, error=str(exc))
+    return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)
+
+
+def summarize(preds: list[Prediction]) -> dict:
+    """Mean / median / max absolute throughput error per group and overall (predictable runs only)."""
+    groups: dict[str, list[float]] = {}
+    for p in preds:
+        if p.error is None:
+            groups.setdefault(p.run.group, []).append(abs(p.throughput_error))
+    stats = {g: _stats(v) for g, v in groups.items()}
+    stats["overall"] = _stats([e for v in groups.values() for e in v])
+    return stats
+
+
+def _stats(errors: list[float]) -> dict:
+    a = np.asarray(errors, dtype=float)
+    if a.size == 0:
+        return {"runs": 0, "mean": math.nan, "median": math.nan, "max": math.nan}
+    return {"runs": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)), "max": float(a.max())}
