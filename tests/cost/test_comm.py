@@ -1,0 +1,114 @@
+"""Collective times with the alpha-beta model (formulas.md §4.1-4.3), computed by hand on h100-sxm.
+
+h100-sxm.yaml numbers used below (asserted in `test_h100_numbers_used_here`): NVLink 450 GB/s per direction at
+busbw fraction 0.82; NIC 400 Gbit/s = 50 GB/s at 0.94; base latency 14 µs; step latency 1.9 µs (NVLink) and
+4.0 µs (network) (NCCL tuning.cc LL128 values).
+"""
+
+import numpy as np
+import pytest
+
+from planner.cost.comm import (all_gather_time_s, all_reduce_time_s, group_span, p2p_time_s,
+                               reduce_scatter_time_s)
+from planner.specs.hardware import load_hardware
+
+HW = load_hardware("h100-sxm")
+W_NODE = 450e9 * 0.82
+W_NET = 400e9 / 8 * 0.94
+BASE, A_INTRA, A_INTER = 14e-6, 1.9e-6, 4.0e-6
+S = 268_435_456  # bytes: 2·s·b·h for Llama-405B (8192·16384·2), formulas.md §9 "268 MB"
+
+
+def test_h100_numbers_used_here():
+    assert HW.intra_bw_bytes_per_s * HW.intra_busbw_efficiency == pytest.approx(W_NODE, rel=1e-12)
+    assert HW.inter_bw_bytes_per_s * HW.inter_busbw_efficiency == pytest.approx(W_NET, rel=1e-12)
+    assert (HW.collective_base_latency_s, HW.intra_step_latency_s, HW.inter_step_latency_s) == \
+        pytest.approx((BASE, A_INTRA, A_INTER), rel=1e-12)
+    assert HW.gpus_per_node == 8
+    assert S == 2 * 8192 * 16384
+
+
+def test_ring_all_reduce_inside_one_node():
+    # Thakur et al. 2005 ring AR: 2(n−1)α + 2(n−1)/n·S/W, n = 8 (formulas.md §4.1), plus NCCL's base latency.
+    expected = BASE + 2 * 7 * A_INTRA + 2 * (7 / 8) * S / (450e9 * 0.82)
+    assert float(all_reduce_time_s(S, 8, 1, HW)) == pytest.approx(expected, rel=1e-12)
+    # ≈ 1.27 ms: the bandwidth term dominates
+    assert 2 * (7 / 8) * S / W_NODE / expected > 0.95
+
+
+def test_reduce_scatter_and_all_gather_inside_one_node():
+    # ring RS / AG: (n−1)α + (n−1)/n·S/W (formulas.md §4.1)
+    expected = BASE + 7 * A_INTRA + (7 / 8) * S / W_NODE
+    assert float(reduce_scatter_time_s(S, 8, 1, HW)) == pytest.approx(expected, rel=1e-12)
+    assert float(all_gather_time_s(S, 8, 1, HW)) == pytest.approx(expected, rel=1e-12)
+    sizes = np.array([2, 4, 8, 16, 64, 512])
+    assert np.array_equal(all_gather_time_s(S, sizes, 1, HW), reduce_scatter_time_s(S, sizes, 1, HW))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_smaller_groups_inside_a_node(n):
+    expected = BASE + 2 * (n - 1) * A_INTRA + 2 * (n - 1) / n * S / W_NODE
+    assert float(all_reduce_time_s(S, n, 1, HW)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_hierarchical_all_reduce_64_ranks_on_8_nodes():
+    # formulas.md §4.3: RS in node, AR of S/8 across M = 8 nodes (one NIC per GPU), AG in node:
+    # 2·(7/8)·S/W_node + 2·(M−1)/M·(S/8)/W_net. Latency: NCCL tree (tuning.cc, formulas.md §4.2):
+    # base + 2·((ppn − 1)·intraLat + log2(nodes)·interLat) = base + 2·7·1.9 µs + 2·3·4.0 µs.
+    expected = (2 * (7 / 8) * S / W_NODE + 2 * (7 / 8) * (S / 8) / W_NET
+                + BASE + 2 * 7 * A_INTRA + 2 * 3 * A_INTER)
+    assert float(all_reduce_time_s(S, 64, 1, HW)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_hierarchical_reduce_scatter_64_ranks():
+    expected = (7 / 8) * S / W_NODE + (7 / 8) * (S / 8) / W_NET + BASE + 7 * A_INTRA + 3 * A_INTER
+    assert float(reduce_scatter_time_s(S, 64, 1, HW)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_one_member_per_node_16_ranks_stride_8():
+    # DP group of a TP8 layout: every member on its own node, all traffic on the NIC: 2·(15/16)·S/W_net;
+    # latency base + 2·log2(16)·α_net (tree).
+    expected = 2 * (15 / 16) * S / W_NET + BASE + 2 * 4 * A_INTER
+    assert float(all_reduce_time_s(S, 16, 8, HW)) == pytest.approx(expected, rel=1e-12)
+    # the network path is ~7x slower than NVLink for the same group size
+    assert float(all_reduce_time_s(S, 16, 8, HW)) > 5 * float(all_reduce_time_s(S, 8, 1, HW))
+
+
+def test_size_one_group_costs_nothing():
+    for fn in (all_reduce_time_s, reduce_scatter_time_s, all_gather_time_s):
+        assert float(fn(S, 1, 1, HW)) == 0.0
+        assert float(fn(S, 1, 8, HW)) == 0.0
+    got = all_reduce_time_s(S, np.array([1, 8, 1]), 1, HW)
+    assert got[0] == 0.0 and got[2] == 0.0 and got[1] > 0
+
+
+@pytest.mark.parametrize("size, stride, k, nodes", [
+    (8, 1, 8, 1),     # one full node
+    (2, 1, 2, 1),
+    (4, 2, 4, 1),     # ranks 0, 2, 4, 6
+    (64, 1, 8, 8),
+    (16, 2, 4, 4),    # ranks 0, 2, ..., 30: four per node
+    (16, 8, 1, 16),   # one per node
+    (4, 16, 1, 4),    # stride larger than a node
+    (1, 1, 1, 1),
+])
+def test_group_span(size, stride, k, nodes):
+    got_k, got_nodes = group_span(size, stride, 8)
+    assert (int(got_k), int(got_nodes)) == (k, nodes)
+
+
+def test_p2p_times():
+    # one send: base + one step latency + S/W on the link (NVLink inside a node, the GPU's NIC across nodes)
+    nbytes = 33_554_432  # 2·s·b·h/t for Llama-405B, formulas.md §9 "33.5 MB per boundary"
+    assert float(p2p_time_s(nbytes, False, HW)) == pytest.approx(BASE + A_INTRA + nbytes / W_NODE, rel=1e-12)
+    assert float(p2p_time_s(nbytes, True, HW)) == pytest.approx(BASE + A_INTER + nbytes / W_NET, rel=1e-12)
+    # formulas.md §9: ≈ 0.67 ms at 50 GB/s (nominal); with the 0.94 busbw fraction ≈ 0.73 ms
+    assert 0.6e-3 < float(p2p_time_s(nbytes, True, HW)) < 0.8e-3
+
+
+def test_all_reduce_is_twice_reduce_scatter_bandwidth():
+    # AR = RS + AG in one collective: twice the RS bandwidth and step latencies, one base latency.
+    big = 1e12
+    for size, stride in [(8, 1), (64, 1), (16, 8), (32, 4)]:
+        ar, rs = float(all_reduce_time_s(big, size, stride, HW)), float(reduce_scatter_time_s(big, size, stride, HW))
+        assert ar - BASE == pytest.approx(2 * (rs - BASE), rel=1e-12)

@@ -1,0 +1,109 @@
+"""Pipeline schedule: bubble (Narayanan 2021 §2.2), in-flight micro-batches (Korthikanti 2022 §4, Megatron
+schedules.py warm-up), stage split (formulas.md §7, §9)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.pipeline import (bubble_fraction, bubble_ratio, in_flight_layers, stage_layers,
+                                   stage_split_valid)
+
+
+@pytest.mark.parametrize("v, printed_pct", [(1, 48.4), (2, 31.9), (4, 19.0), (8, 10.5)])
+def test_bubble_llama_405b_p16_m16_formulas_md_section_9(v, printed_pct):
+    p, m = 16, 16
+    r = (p - 1) / (v * m)                      # Narayanan §2.2.1 / §2.2.2
+    assert float(bubble_ratio(p, m, v)) == pytest.approx(r, rel=1e-15)
+    assert float(bubble_fraction(p, m, v)) == pytest.approx(r / (1 + r), rel=1e-15)
+    assert abs(100 * float(bubble_fraction(p, m, v)) - printed_pct) < 0.05  # printed with one decimal
+
+
+def test_bubble_fraction_equals_gpipe_share_of_step():
+    # 1F1B/GPipe: step = (m + p − 1)(t_F + t_B), idle (p − 1)(t_F + t_B) -> (p − 1)/(m + p − 1) (formulas.md §5)
+    for p, m in [(2, 1), (4, 8), (8, 64), (16, 16)]:
+        assert float(bubble_fraction(p, m)) == pytest.approx((p - 1) / (m + p - 1), rel=1e-14)
+    assert float(bubble_ratio(1, 7)) == 0.0 and float(bubble_fraction(1, 7)) == 0.0
+
+
+def test_in_flight_1f1b_stage_r_holds_min_m_p_minus_r():
+    # formulas.md §9: p = 16, m = 16, middle stages 8 layers: stage r holds min(16, 16 − r) micro-batches.
+    assert float(in_flight_layers(7, 0, 16, 16)) == 7 * 16      # stage 0 (7 layers): 112
+    assert float(in_flight_layers(8, 1, 16, 16)) == 8 * 15      # stage 1: 120 (the peak)
+    assert float(in_flight_layers(8, 2, 16, 16)) == 8 * 14
+    assert float(in_flight_layers(7, 15, 16, 16)) == 7 * 1      # last stage: one micro-batch
+    r = np.arange(16)
+    assert np.array_equal(in_flight_layers(8, r, 16, 16), 8 * np.minimum(16, 16 - r))
+
+
+@pytest.mark.parametrize("p", [1, 2, 4, 8, 16, 32])
+def test_in_flight_stage_0_holds_L_layers_worth_independent_of_p(p):
+    # Korthikanti §4 (pipeline): stage 0 holds p micro-batches × L/p layers = L layers' worth.
+    L = 96
+    assert float(in_flight_layers(L // p, 0, p, 64)) == L
+
+
+@pytest.mark.parametrize("L, p, v", [(96, 4, 3), (96, 8, 2), (96, 8, 4), (128, 16, 8), (126, 7, 3)])
+def test_in_flight_interleaved_stage_0_korthikanti_penalty(L, p, v):
+    # Korthikanti §4 / Megatron interleaved_schedule_memory_penalty: L·(1 + (p − 1)/(p·v)) with m large.
+    expected = L * (1 + (p - 1) / (p * v))
+    assert float(in_flight_layers(L // p, 0, p, 1000, v)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_in_flight_interleaved_deeper_stages_follow_megatron_warmup():
+    # Megatron schedules.py: warm-up = 2(p − r − 1) + (v − 1)·p chunk forwards, +1 in steady state; chunk = L/(p·v)
+    p, v, per_stage = 8, 2, 12
+    for r in range(p):
+        chunks = 2 * (p - r - 1) + (v - 1) * p + 1
+        assert float(in_flight_layers(per_stage, r, p, 1000, v)) == pytest.approx(chunks * per_stage / v)
+
+
+def test_in_flight_capped_at_m_when_m_below_p():
+    # formulas.md §3.3: m < p scales memory by m/p (only m micro-batches exist).
+    assert float(in_flight_layers(12, 0, 8, 3)) == 3 * 12
+    assert float(in_flight_layers(12, 0, 8, 1)) == 12
+    # interleaved: all m·v chunks of the step, each L/(p·v) layers -> m·(layers on stage)
+    assert float(in_flight_layers(12, 0, 8, 3, 2)) == 3 * 12
+    assert float(in_flight_layers(12, 0, 8, 3, 4)) == 3 * 12
+
+
+@pytest.mark.parametrize("L, p, valid, edge, mid", [
+    (126, 16, True, 7, 8),       # formulas.md §9: (126 + 2)/16 = 8 slots; edges give one to embedding / loss
+    (96, 8, True, 12, 12),       # even split
+    (126, 5, False, None, None), # 126 % 5 = 1, 128 % 5 = 3
+    (126, 2, True, 63, 63),
+    (126, 4, True, 31, 32),      # 128/4 = 32
+    (80, 1, True, 80, 80),
+    (4, 8, False, None, None),   # more stages than layers
+])
+def test_stage_split(L, p, valid, edge, mid):
+    assert bool(stage_split_valid(L, p)) is valid
+    if valid:
+        e, m = stage_layers(L, p)
+        assert (int(e), int(m)) == (edge, mid)
+        assert 2 * int(e) + (p - 2) * int(m) == L if p >= 2 else int(e) == L
+
+
+def test_stage_split_vectorized():
+    p = np.array([1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128])
+    valid = stage_split_valid(126, p)
+    assert valid.tolist() == [126 % x == 0 or 128 % x == 0 for x in p.tolist()[:-1]] + [False]
+
+
+@settings(max_examples=100, deadline=None)
+@given(p=st.integers(1, 128), m=st.integers(1, 4096), v=st.integers(1, 16))
+def test_bubble_fraction_in_unit_interval(p, m, v):
+    f = float(bubble_fraction(p, m, v))
+    assert 0.0 <= f < 1.0
+    assert (f == 0.0) == (p == 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(p=st.integers(1, 128), m=st.integers(1, 4096), dm=st.integers(1, 512), v=st.integers(1, 16),
+       dv=st.integers(1, 8))
+def test_bubble_fraction_non_increasing_in_m_and_v(p, m, dm, v, dv):
+    f = float(bubble_fraction(p, m, v))
+    assert float(bubble_fraction(p, m + dm, v)) <= f
+    assert float(bubble_fraction(p, m, v + dv)) <= f
+    if p > 1:
+        assert float(bubble_fraction(p, m + dm, v)) < f

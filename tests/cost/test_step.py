@@ -1,0 +1,156 @@
+"""step_columns: the composed model is internally consistent and vectorized evaluation equals scalar evaluation.
+
+Identities checked (module docstring, formulas.md §2.5 and §5): step = compute + tp_comm + pp_comm + dp_comm +
+bubble + optimizer; memory = weights + gradients + optimizer + activations + other; tokens/s = B·s/step;
+MFU = model FLOPs/(step·N·C_peak) (PaLM App. B); HFU adds recompute FLOPs.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.cost import flops
+from planner.cost.memory import MEMORY_PARTS
+from planner.cost.step import KNOBS, TIME_PARTS, step_columns
+from planner.specs.hardware import load_hardware
+from planner.specs.model import load_model
+from planner.specs.strategy import Job, Runtime
+
+# (tp, pp, dp, micro_batch, vpp, sp, recompute, zero) — all multiply to 64 GPUs, valid for Llama-3.1-8B (L = 32,
+# a = 32, g = 8) and for gpt-22b (L = 48, a = 64).
+ROWS = [
+    (8, 1, 8, 1, 1, True, 1, 1),
+    (4, 2, 8, 1, 1, True, 0, 0),
+    (2, 4, 8, 2, 2, False, 2, 2),
+    (1, 8, 8, 1, 2, False, 0, 3),
+    (8, 8, 1, 1, 1, True, 2, 0),
+    (1, 1, 64, 1, 1, False, 2, 3),
+    (2, 2, 16, 4, 1, True, 1, 1),
+    (8, 4, 2, 1, 1, True, 1, 2),
+]
+
+
+def columns(rows):
+    arr = list(zip(*rows))
+    cols = {k: np.array(v) for k, v in zip(KNOBS, arr)}
+    cols["sp"] = cols["sp"].astype(bool)
+    return cols
+
+
+CASES = [
+    ("llama-3.1-8b", "h100-sxm", Job(gpus=64, seq_len=4096, global_batch=256), Runtime()),
+    ("gpt-22b", "a100-80gb", Job(gpus=64, seq_len=2048, global_batch=128),
+     Runtime(flash_attention=False, overlap_grad_reduce=False, overlap_param_gather=False)),
+    ("llama-3.1-8b", "b200", Job(gpus=64, seq_len=8192, global_batch=64),
+     Runtime(tp_comm_overlap=True, causal_flops_halved=True)),
+]
+
+
+@pytest.fixture(scope="module", params=range(len(CASES)), ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def case(request):
+    name, hw_name, job, rt = CASES[request.param]
+    m, hw = load_model(name), load_hardware(hw_name)
+    cols = columns(ROWS)
+    return m, hw, job, rt, cols, step_columns(m, hw, job, cols, runtime=rt)
+
+
+def test_all_parts_finite_and_non_negative(case):
+    *_, out = case
+    for k in [f"{p}_s" for p in TIME_PARTS] + [f"mem_{p}_bytes" for p in MEMORY_PARTS]:
+        v = np.asarray(out[k], dtype=float)
+        assert v.shape == (len(ROWS),), k
+        assert np.isfinite(v).all() and (v >= 0).all(), k
+    assert (out["compute_s"] > 0).all() and (out["mem_weights_bytes"] > 0).all()
+    assert (out["mem_activations_bytes"] > 0).all()
+
+
+def test_step_time_is_sum_of_time_parts(case):
+    *_, out = case
+    parts = sum(out[f"{p}_s"] for p in TIME_PARTS)
+    assert np.allclose(out["step_time_s"], parts, rtol=1e-14, atol=0)
+
+
+def test_memory_is_sum_of_memory_parts(case):
+    *_, out = case
+    parts = sum(out[f"mem_{p}_bytes"] for p in MEMORY_PARTS)
+    assert np.allclose(out["memory_bytes"], parts, rtol=1e-14, atol=0)
+
+
+def test_throughput_and_utilisation_identities(case):
+    m, hw, job, rt, cols, out = case
+    step = out["step_time_s"]
+    n_gpus = cols["tp"] * cols["pp"] * cols["dp"]
+    assert (n_gpus == job.gpus).all()
+    tokens = job.global_batch * job.seq_len
+    assert np.allclose(out["tokens_per_s"], tokens / step, rtol=1e-14, atol=0)
+    model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, rt.causal_flops_halved)
+    mfu = model_flops / (step * n_gpus * hw.peak_flops)
+    assert np.allclose(out["mfu"], mfu, rtol=1e-14, atol=0)
+    assert np.allclose(out["tflops_per_gpu"], model_flops / (step * n_gpus) / 1e12, rtol=1e-14, atol=0)
+    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, cols["recompute"], rt.causal_flops_halved)
+    assert np.allclose(out["hfu"], hw_flops / (step * n_gpus * hw.peak_flops), rtol=1e-14, atol=0)
+    assert ((out["mfu"] > 0) & (out["mfu"] < 1)).all()
+    # HFU ≥ MFU, equal exactly when nothing is recomputed
+    assert (out["hfu"][cols["recompute"] == 0] == out["mfu"][cols["recompute"] == 0]).all()
+    assert (out["hfu"][cols["recompute"] > 0] > out["mfu"][cols["recompute"] > 0]).all()
+
+
+def test_num_microbatches_and_trivial_parts(case):
+    m, hw, job, rt, cols, out = case
+    # m = B/(b·d) (formulas.md §0)
+    assert (out["num_microbatches"] == job.global_batch // (cols["micro_batch"] * cols["dp"])).all()
+    # no pipeline -> no bubble and no P2P; no data parallelism -> no DP communication; TP1 -> no TP comm
+    assert (out["bubble_s"][cols["pp"] == 1] == 0).all() and (out["pp_comm_s"][cols["pp"] == 1] == 0).all()
+    assert (out["dp_comm_s"][cols["dp"] == 1] == 0).all()
+    assert (out["tp_comm_s"][cols["tp"] == 1] == 0).all()
+
+
+def test_bubble_is_p_minus_1_over_v_micro_batches_of_the_stage(case):
+    # Narayanan §2.2: bubble = (p − 1)/v × (t_F + t_B) of one micro-batch on the stage; compute + TP comm of the
+    # step are m micro-batches of the same stage -> bubble/(compute + tp) = (p − 1)/(v·m).
+    m, hw, job, rt, cols, out = case
+    ratio = (cols["pp"] - 1) / (cols["vpp"] * out["num_microbatches"])
+    assert np.allclose(out["bubble_s"], ratio * (out["compute_s"] + out["tp_comm_s"]), rtol=1e-13, atol=0)
+
+
+def test_vectorized_and_scalar_evaluation_agree_exactly(case):
+    m, hw, job, rt, cols, out = case
+    for i in range(len(ROWS)):
+        one = {k: v[i:i + 1] for k, v in cols.items()}
+        single = step_columns(m, hw, job, one, runtime=rt)
+        for key, value in out.items():
+            got = np.asarray(single[key])
+            assert got.shape in ((1,), ()), key
+            assert got.reshape(-1)[0] == np.asarray(value)[i], (i, key)
+
+
+def test_zero_dim_scalar_columns_agree_with_vector_rows():
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    job = Job(gpus=64, seq_len=4096, global_batch=256)
+    cols = columns(ROWS)
+    out = step_columns(m, hw, job, cols)
+    i = 2
+    scalar = {k: (bool(v[i]) if k == "sp" else int(v[i])) for k, v in cols.items()}
+    single = step_columns(m, hw, job, scalar)
+    for key, value in out.items():
+        assert float(np.asarray(single[key])) == float(np.asarray(value)[i]), key
+
+
+def test_reordering_rows_does_not_change_results():
+    m, hw = load_model("gpt-22b"), load_hardware("h100-sxm")
+    job = Job(gpus=64, seq_len=2048, global_batch=128)
+    out = step_columns(m, hw, job, columns(ROWS))
+    rev = step_columns(m, hw, job, columns(ROWS[::-1]))
+    for key in out:
+        assert np.array_equal(np.asarray(out[key]), np.asarray(rev[key])[::-1]), key
+
+
+def test_memory_columns_are_gib_sane_for_llama_8b():
+    # Loose physical sanity (formulas.md §3): TP8·DP8 ZeRO-1 with selective recompute keeps the 8B model's states
+    # at (6 + 12/8)·8.03e9/8 ≈ 7.5 GB, and everything fits well within 80 GB.
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    out = step_columns(m, hw, Job(gpus=64, seq_len=4096, global_batch=256), columns(ROWS[:1]))
+    states = out["mem_weights_bytes"] + out["mem_gradients_bytes"] + out["mem_optimizer_bytes"]
+    assert float(states[0]) == pytest.approx((6 + 12 / 8) * 8_030_261_248 / 8, rel=1e-12)
+    assert math.isfinite(float(out["memory_bytes"][0])) and float(out["memory_bytes"][0]) < 80e9

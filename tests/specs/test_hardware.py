@@ -1,0 +1,129 @@
+"""Hardware profiles: bundled files load, peaks match hardware.md, units are SI, bad files are rejected.
+
+Expected numbers come from /work/shared/reference/hardware.md (§1 dense BF16 table, §2 link bandwidths) and the
+unit conventions in the YAML key names (GB = 1e9 B, Gbit = 1e9 bit, GiB = 2^30 B, TFLOP/s = 1e12 FLOP/s).
+"""
+
+import pytest
+
+from planner.errors import PlannerError
+from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
+
+GIB = 2**30
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+def test_every_bundled_profile_loads_and_includes_the_main_parts():
+    profiles = list_hardware()
+    names = {hw.name for hw in profiles}
+    assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x"} <= names
+    assert len(profiles) == len(list(hardware_dir().glob("*.yaml")))  # one spec per file
+
+
+@pytest.mark.parametrize("name, dense_bf16_tflops", [
+    # hardware.md §1 table, dense BF16 column (NVIDIA/AMD sparse marketing figures halved).
+    ("a100-40gb", 312.0),
+    ("a100-80gb", 312.0),
+    ("h100-sxm", 989.4),
+    ("h200-sxm", 989.4),
+    ("b200", 2250.0),
+    ("mi300x", 1307.4),
+])
+def test_dense_bf16_peak_matches_hardware_md(name, dense_bf16_tflops):
+    hw = load_hardware(name)
+    assert rel(hw.peak_flops, dense_bf16_tflops * 1e12) < 1e-12
+
+
+def test_h100_units_are_si():
+    hw = load_hardware("h100-sxm")
+    assert rel(hw.peak_flops, 9.894e14) < 1e-12                 # 989.4 TFLOP/s
+    assert rel(hw.intra_bw_bytes_per_s, 450e9) < 1e-12          # NVLink 4: 900 GB/s bidirectional / 2 (hardware.md §2)
+    assert rel(hw.inter_bw_bytes_per_s, 400e9 / 8) < 1e-12      # one NDR 400 Gbit/s NIC per GPU = 50 GB/s
+    assert rel(hw.hbm_bw_bytes_per_s, 3.35e12) < 1e-12          # 3.35 TB/s HBM3
+    assert rel(hw.hbm_bytes, 79.65 * GIB) < 1e-12               # 81559 MiB reported by nvidia-smi (hardware.md §0)
+    assert hw.gpus_per_node == 8
+    assert rel(hw.intra_step_latency_s, 1.9e-6) < 1e-12         # 1.9 µs in the YAML
+    assert rel(hw.collective_base_latency_s, 14e-6) < 1e-12
+    assert rel(hw.framework_overhead_bytes, 2 * GIB) < 1e-12
+
+
+def test_a100_40gb_units_are_si():
+    hw = load_hardware("a100-40gb")
+    assert rel(hw.intra_bw_bytes_per_s, 300e9) < 1e-12          # 600 GB/s bidirectional / 2
+    assert rel(hw.inter_bw_bytes_per_s, 200e9 / 8) < 1e-12      # HDR 200 Gbit/s
+    assert rel(hw.hbm_bw_bytes_per_s, 1.555e12) < 1e-12
+
+
+def test_aliases_and_case():
+    assert load_hardware("H100") == load_hardware("h100-sxm") == load_hardware("dgx-h100")
+
+
+def test_unknown_hardware_raises_with_suggestion():
+    with pytest.raises(PlannerError) as info:
+        load_hardware("h100-sxn")
+    assert isinstance(info.value, ValueError)
+    assert "did you mean" in str(info.value) and "h100-sxm" in str(info.value)
+
+
+# --- user YAML files -----------------------------------------------------------------------------------------------
+
+def h100_text():
+    return (hardware_dir() / "h100-sxm.yaml").read_text()
+
+
+def test_user_yaml_path_loads_with_changed_number(tmp_path):
+    text = h100_text()
+    assert "bf16: 989.4" in text and "bandwidth_gb_per_s_per_direction: 450" in text
+    path = tmp_path / "my-h100.yaml"
+    path.write_text(text.replace("bf16: 989.4", "bf16: 500").replace("name: h100-sxm", "name: my-h100")
+                    .replace("bandwidth_gb_per_s_per_direction: 450", "bandwidth_gb_per_s_per_direction: 225"))
+    hw = load_hardware(str(path))
+    assert hw.name == "my-h100"
+    assert rel(hw.peak_flops, 500e12) < 1e-12
+    assert rel(hw.intra_bw_bytes_per_s, 225e9) < 1e-12
+    assert rel(hw.inter_bw_bytes_per_s, 50e9) < 1e-12  # unchanged
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("memory:\n", "memory:\n  typo_field: 1\n", "typo_field"),                                  # unknown field
+    ("bandwidth_gb_per_s_per_direction: 450", "bandwidth_gb_per_s_per_direction: -450",
+     "bandwidth_gb_per_s_per_direction"),                                                        # negative bandwidth
+    ("hbm_capacity_gib: 79.65", "hbm_capacity_gib: 85899345920", "hbm_capacity_gib"),           # 80 GiB in bytes
+    ("bf16: 989.4", "bf16: 9.894e14", "bf16"),                                                   # FLOP/s not TFLOP/s
+])
+def test_bad_user_yaml_raises_naming_the_field(tmp_path, old, new, field):
+    text = h100_text()
+    assert old in text
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(PlannerError) as info:
+        load_hardware(str(path))
+    assert field in str(info.value)
+
+
+def test_top_level_unknown_field_raises(tmp_path):
+    path = tmp_path / "bad2.yaml"
+    path.write_text(h100_text() + "\nextra_thing: 3\n")
+    with pytest.raises(PlannerError, match="extra_thing"):
+        load_hardware(str(path))
+
+
+def test_hardware_yaml_not_a_mapping_or_empty_raises(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(PlannerError, match="empty"):
+        load_hardware(str(empty))
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- a\n- b\n")
+    with pytest.raises(PlannerError, match="mapping"):
+        load_hardware(str(lst))
+
+
+def test_every_bundled_file_cites_a_source():
+    files = sorted(hardware_dir().glob("*.yaml"))
+    assert len(files) >= 6
+    for path in files:
+        assert "source" in path.read_text().lower(), path.name
