@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.cost.params import kv_dim_per_rank
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 
@@ -34,7 +35,7 @@ def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, 
     """Forward time of QKV, attention-out, MLP-in (gate+up when gated) and MLP-out, TP-sharded (Megatron 2019)."""
     n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
     mlp_in = (2 if m.gated_mlp else 1) * m.ffn_hidden
-    return (gemm_time_s(n, m.hidden, (m.q_dim + 2 * m.kv_dim) / t, hw, elem_bytes)
+    return (gemm_time_s(n, m.hidden, m.q_dim / t + 2 * kv_dim_per_rank(m, t), hw, elem_bytes)
             + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
             + gemm_time_s(n, m.hidden, mlp_in / t, hw, elem_bytes)
             + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
@@ -52,7 +53,7 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
     fa = np.asarray(flash_attention, dtype=bool)
     flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0)
-    qkvo = elem_bytes * b * s * (2 * m.q_dim + 2 * m.kv_dim) / t
+    qkvo = elem_bytes * b * s * (2 * m.q_dim / t + 2 * kv_dim_per_rank(m, t))
     scores = b * m.heads / t * s * s
     drop = 1.0 if m.dropout else 0.0
     score_bytes = scores * (4 * elem_bytes + drop * (2 * elem_bytes + 1))
@@ -71,8 +72,8 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
     per_token_replicated = 2 * (2 * e * h) + 2 * ((3 * e + drop) * h)
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
-    rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim + m.kv_dim)
-    return sb * (per_token_replicated / np.where(sp, t, 1) + (act + rope) / t)
+    rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim / t + kv_dim_per_rank(m, t))
+    return sb * (per_token_replicated / np.where(sp, t, 1) + act / t + rope)
 
 
 def elementwise_time_s(nbytes, hw: HardwareSpec):

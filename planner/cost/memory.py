@@ -47,12 +47,13 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
     replicated = sb * h * (4 * e + 2 * drop)
     # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
-    split = e * sb * (2 * m.q_dim + 2 * m.kv_dim) + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
+    split = e * sb * 2 * m.q_dim + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
+    kv = 2 * e * sb * P.kv_dim_per_rank(m, t)              # K and V; whole heads per rank when t > g
     # Softmax output (+ dropout mask and output) of the materialised a×s×s scores, or FlashAttention's statistics.
     scores = np.where(flash_attention, 4.0 * m.heads * sb, m.heads * s * sb * (e + drop * (1 + e)))
     scores = np.where((rc == 1) & ~np.asarray(flash_attention, dtype=bool), 0.0, scores)
     sp_div = np.where(sp, t, 1)
-    stored = replicated / sp_div + (split + scores) / t
+    stored = replicated / sp_div + (split + scores) / t + kv
     layer_input = e * sb * h / sp_div
     return np.where(rc == 2, layer_input, stored)
 
@@ -66,10 +67,10 @@ def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recomput
 
 
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
-    """Last stage: the output layer's input (16-bit) and fp32 logits for the cross-entropy, one micro-batch
-    (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t)."""
+    """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the fp32
+    logits for the cross-entropy (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP)."""
     sb, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
-    return act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
+    return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
 
 
 def stage_params(m: ModelSpec, tp, pp):
@@ -77,7 +78,7 @@ def stage_params(m: ModelSpec, tp, pp):
     (last; a tied head is a copy of the embedding when p > 1, as in Megatron)."""
     t, p = np.asarray(tp), np.asarray(pp)
     edge, mid = stage_layers(m.layers, p)
-    layer = P.layer_params(m) / t
+    layer = P.layer_params_per_gpu(m, t)
     emb = P.embedding_params(m) / t
     head = (P.output_params(m) + np.where(m.tied_embeddings & (p > 1), m.vocab * m.hidden, 0)) / t
     single = m.layers * layer + emb + head
@@ -108,7 +109,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
     work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                    precision.activation_bytes)
-    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * P.layer_params(m) / t, 0.0)
+    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * P.layer_params_per_gpu(m, t), 0.0)
     other = overhead_bytes + work + gathered
 
     best_parts, best_total, best_stage = None, None, None

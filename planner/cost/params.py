@@ -7,13 +7,16 @@ Ultra-Scale Playbook's count.
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.specs.model import ModelSpec
 
 
 def attention_params(m: ModelSpec) -> int:
-    """W_q h·q + W_k, W_v h·kv each + W_o q·h = 2hq + 2h·kv (+ biases q + 2kv + h)."""
+    """W_q h·q + W_k, W_v h·kv each + W_o q·h = 2hq + 2h·kv (+ biases q + 2kv, + h on the output projection)."""
     weights = 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim
-    return weights + (m.q_dim + 2 * m.kv_dim + m.hidden if m.bias else 0)
+    qkv_bias = m.q_dim + 2 * m.kv_dim if (m.bias or m.qkv_bias) else 0
+    return weights + qkv_bias + (m.hidden if m.bias else 0)
 
 
 def mlp_params(m: ModelSpec) -> int:
@@ -50,3 +53,16 @@ def total_params(m: ModelSpec) -> int:
 def layer_matmul_params(m: ModelSpec) -> int:
     """Weights that take part in matmuls in one layer (no biases or norms): the 6N FLOP rule's N per layer."""
     return 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
+
+
+def kv_dim_per_rank(m: ModelSpec, tp):
+    """K (or V) width held by one TP rank: kv/t, but at least one whole head. When t > g, Megatron replicates
+    each KV head over t/g ranks (transformer_config.py: query groups divide or are divided by TP)."""
+    return m.kv_dim / np.minimum(np.asarray(tp), m.kv_heads)
+
+
+def layer_params_per_gpu(m: ModelSpec, tp):
+    """One layer's parameters on one TP rank: everything split t ways except replicated KV heads."""
+    t = np.asarray(tp)
+    kv_weights = 2 * m.hidden * m.kv_dim
+    return (layer_params(m) - kv_weights) / t + 2 * m.hidden * kv_dim_per_rank(m, t)

@@ -39,7 +39,8 @@ class ModelSpec:
     gated_mlp: bool = True      # SwiGLU (3 matrices) vs plain GeLU (2 matrices)
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    bias: bool = False          # biases on linear layers (GPT-2/3, Megatron GPT)
+    bias: bool = False          # biases on every linear layer (GPT-2/3, Megatron GPT)
+    qkv_bias: bool = False      # biases on Q, K, V only (Qwen2)
     learned_positions: bool = False
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
     description: str = ""
@@ -78,6 +79,7 @@ class ModelFile(BaseModel):
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False
+    qkv_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
 
@@ -102,7 +104,7 @@ class ModelFile(BaseModel):
             kv_heads=self.kv_heads or self.heads, vocab=self.vocab, seq_len=self.seq_len,
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
-            learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
+            qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
         )
 
 
@@ -132,7 +134,8 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(int(cfg.get("max_position_embeddings") or DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
             gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="rmsnorm",
-            bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
+            # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
+            qkv_bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
         )
     elif mtype == "gpt2":
         hidden = _hf_field(cfg, "n_embd", where)

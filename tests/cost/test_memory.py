@@ -59,10 +59,6 @@ def test_llama_405b_tp8_sp_selective_flash_533_mb():
     assert rel(got, 533e6) < 0.005  # formulas.md §9 "[derived] SwiGLU form 31.75/t: 533 MB"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "logits_bytes misses the final-norm input: Korthikanti §4 / Megatron theoretical_memory_usage.py (SP path) "
-    "store 4sbh(1 + V/h)/t on the last stage = 2sbh/t (final LayerNorm input) + 2sbh/t (output-projection input) "
-    "+ 4sbV/t (fp32 logits); the planner keeps 2sbh/t + 4sbV/t although its docstring cites 4sbh(1 + V/h)/t"))
 def test_logits_bytes_match_korthikanti_output_layer_with_sp():
     m = load_model("gpt-22b")
     s, b, t, h, V = 2048, 4, 8, 6144, 51200
@@ -274,3 +270,20 @@ def test_all_parts_finite_and_non_negative(tp, pp, vpp, name, s, b, mb, dp, sp, 
         v = float(v)
         assert math.isfinite(v) and v >= 0, k
     assert float(parts["weights"]) > 0 and float(parts["activations"]) > 0
+
+
+def test_kv_heads_are_replicated_not_split_when_tp_exceeds_them():
+    """Megatron (transformer_config.py): with t > g each rank keeps one whole KV head. Llama-3.1-405B has g = 8,
+    d_h = 128: at t = 16 a rank holds K and V of width 128 (not 64). Hand: the t=16 activations differ from the
+    t=8 ones by halving everything TP-split except K, V (2·2·s·b·128 bytes each way)."""
+    from planner.cost.params import kv_dim_per_rank, layer_params_per_gpu
+    m = load_model("llama-3.1-405b")
+    s, b = 8192, 1
+    assert kv_dim_per_rank(m, 16) == 128 and kv_dim_per_rank(m, 8) == 128 and kv_dim_per_rank(m, 4) == 256
+    a8 = activation_bytes_per_layer(m, s, b, 8, True, 1, True)
+    a16 = activation_bytes_per_layer(m, s, b, 16, True, 1, True)
+    kv = 2 * 2 * s * b * 128
+    assert a16 - kv == pytest.approx((a8 - kv) / 2)
+    # Weights: K, V projections (2·h·128 per rank) do not shrink from t=8 to t=16.
+    kv_w = 2 * m.hidden * 128
+    assert layer_params_per_gpu(m, 16) - kv_w == pytest.approx((layer_params_per_gpu(m, 8) - kv_w) / 2)

@@ -180,14 +180,10 @@ def test_hf_qwen2_config_fields(tmp_path):
     assert (m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.head_dim, m.vocab) == \
         (24, 896, 4864, 14, 2, 64, 151936)
     assert m.tied_embeddings and m.gated_mlp and m.norm == "rmsnorm"
-    # Qwen2 has biases (on q, k, v): the planner turns `bias` on for model_type qwen2.
-    assert m.bias
+    # Qwen2 has biases on q, k, v only (transformers modeling_qwen2.py).
+    assert m.qkv_bias and not m.bias
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Qwen2 has biases on q/k/v only (transformers modeling_qwen2.py: o_proj, gate/up/down bias=False), but the "
-    "planner's single `bias` flag also counts an o_proj bias (h) and MLP biases (F + h) per layer: "
-    "+24·(896 + 4864 + 896) = +159,744 params (0.03%) for Qwen2-0.5B"))
 def test_hf_qwen2_parameter_count_exact(tmp_path):
     m = load_model(write_config(tmp_path, QWEN2_05B_CONFIG))
     # hand: per layer 2·896² + 2·896·128 (2 kv heads × 64) + q/k/v biases (896 + 2·128) + 3·896·4864 + 2·896;
