@@ -280,8 +280,8 @@ def test_kv_heads_are_replicated_not_split_when_tp_exceeds_them():
     m = load_model("llama-3.1-405b")
     s, b = 8192, 1
     assert kv_dim_per_rank(m, 16) == 128 and kv_dim_per_rank(m, 8) == 128 and kv_dim_per_rank(m, 4) == 256
-    a8 = activation_bytes_per_layer(m, s, b, 8, True, 1, True)
-    a16 = activation_bytes_per_layer(m, s, b, 16, True, 1, True)
+    a8 = memory.activation_bytes_per_layer(m, s, b, 8, True, 1, True)
+    a16 = memory.activation_bytes_per_layer(m, s, b, 16, True, 1, True)
     kv = 2 * 2 * s * b * 128
     assert a16 - kv == pytest.approx((a8 - kv) / 2)
     # Weights: K, V projections (2·h·128 per rank) do not shrink from t=8 to t=16.
