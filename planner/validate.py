@@ -21,7 +21,7 @@ from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
-from planner.specs.strategy import Runtime
+from planner.specs.strategy import Precision, Runtime
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 THROUGHPUT_KEYS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
@@ -47,6 +47,17 @@ class RunRuntime(_Strict):
     tp_comm_overlap: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    dp_bucket_bytes: float | None = Field(default=None, gt=0)
+    zero3_gather_unit: Literal["layer", "matrix"] | None = None
+    hierarchical_collectives: bool | None = None
+
+
+class RunPrecision(_Strict):
+    """Bytes per element where the run differs from the bf16/fp32-main-grad default (e.g. fp16 with 16-bit grads)."""
+
+    param_bytes: int = Field(default=2, ge=1, le=4)
+    grad_bytes: int = Field(default=4, ge=1, le=4)
+    optimizer_bytes: int = Field(default=12, ge=0, le=32)
 
 
 class Measured(_Strict):
@@ -75,6 +86,7 @@ class ValidationRun(_Strict):
     gpus: int = Field(ge=1)
     layout: RunLayout = RunLayout()
     runtime: RunRuntime
+    precision: RunPrecision = RunPrecision()
     measured: Measured
     flops_convention: Literal["model", "model_plus_full_recompute"] | None = None
     peak_tflops: float | None = Field(default=None, gt=0)
@@ -162,16 +174,21 @@ def measured_step_time_s(run: ValidationRun) -> float:
     return f / (value * run.peak_tflops * 1e12 * run.gpus)
 
 
-def predict(run: ValidationRun, **search_kwargs) -> Prediction:
-    """Evaluate the run's published configuration; unstated knobs take the planner's best choice."""
+def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
+    """Evaluate the run's published configuration; unstated knobs take the planner's best choice.
+
+    `hardware` overrides the run's profile (a HardwareSpec), e.g. to calibrate efficiencies.
+    """
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
     searched = tuple(k for k, v in run.layout.model_dump().items() if v is None)
-    runtime = Runtime(**run.runtime.model_dump())
+    runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)
     try:
-        ev = evaluate(run.model.to_spec(), run.gpus, hardware=run.hardware, global_batch=run.model.global_batch,
-                      runtime=runtime, **run.layout.model_dump(), **search_kwargs)
+        ev = evaluate(run.model.to_spec(), run.gpus, hardware=hardware or run.hardware,
+                      global_batch=run.model.global_batch,
+                      runtime=runtime, precision=Precision(**run.precision.model_dump()),
+                      **run.layout.model_dump(), **search_kwargs)
     except PlannerError as exc:
         return Prediction(run, None, measured, math.nan, searched, error=str(exc))
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)

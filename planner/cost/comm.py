@@ -4,8 +4,9 @@ formulas.md §4: Thakur, Rabenseifner & Gropp 2005 (ring: (n−1)/n·S/W per red
 for all-reduce); NCCL busbw convention (nccl-tests PERFORMANCE.md): the achievable per-link bandwidth is the link
 speed times the measured busbw fraction; hierarchical all-reduce across nodes (§4.3): reduce-scatter inside the
 node, all-reduce of S/k over the NICs, all-gather inside the node. Latency: NCCL's tuner model (tuning.cc): a base
-cost plus one step latency per ring step; across many nodes NCCL switches to trees, whose latency grows with
-log2(nodes), so the network term takes the smaller of the two.
+cost plus one step latency per ring step. All-reduce across many nodes can use NCCL's double binary tree, whose
+latency grows with log2(nodes); reduce-scatter and all-gather are rings, whose latency grows with the group size.
+A collective issued as `count` calls (buckets, per-layer gathers) pays the latency `count` times.
 
 A group is `size` ranks placed `stride` ranks apart in the global rank order (TP innermost). S is the size of the
 full (unsharded) buffer in bytes. All functions take scalars or numpy arrays and broadcast. A new network shape
@@ -26,40 +27,51 @@ def group_span(size, stride, gpus_per_node):
     return k, np.ceil(size / k)
 
 
+def _span(size, stride, hw: HardwareSpec, hierarchical):
+    k, nodes = group_span(size, stride, hw.gpus_per_node)
+    if hierarchical:
+        return k, nodes
+    flat = nodes > 1
+    return np.where(flat, 1, k), np.where(flat, np.asarray(size), nodes)
+
+
 def _bandwidths(hw: HardwareSpec):
     return (hw.intra_bw_bytes_per_s * hw.intra_busbw_efficiency,
             hw.inter_bw_bytes_per_s * hw.inter_busbw_efficiency)
 
 
-def _latency(k, nodes, hw: HardwareSpec, rounds):
+def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
     """NCCL-style latency: base + steps × per-step latency; `rounds` is 1 for RS/AG, 2 for all-reduce."""
-    ring_net = rounds * (nodes - 1)
-    tree_net = rounds * np.ceil(np.log2(np.maximum(nodes, 1)))
+    net_steps = rounds * (nodes - 1)
+    if tree:
+        net_steps = np.minimum(net_steps, rounds * np.ceil(np.log2(np.maximum(nodes, 1))))
     return (hw.collective_base_latency_s + rounds * (k - 1) * hw.intra_step_latency_s
-            + np.minimum(ring_net, tree_net) * hw.inter_step_latency_s)
+            + net_steps * hw.inter_step_latency_s)
 
 
-def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec):
-    """Reduce-scatter (or all-gather: same cost) of an S-byte buffer over `size` ranks.
+def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
+    """Reduce-scatter (or all-gather: same cost) of S bytes in total over `size` ranks, issued as `count` calls.
 
     Hierarchical: (k−1)/k·S/W_node inside the node, then (M−1)/M·(S/k)/W_net across M nodes (formulas.md §4.1, §4.3).
+    A topology-unaware ring (hierarchical=False) crosses the network at every step: k = 1 once the group leaves a node.
     """
-    k, nodes = group_span(size, stride, hw.gpus_per_node)
+    k, nodes = _span(size, stride, hw, hierarchical)
     w_node, w_net = _bandwidths(hw)
     s = np.asarray(nbytes, dtype=float)
-    t = (k - 1) / k * s / w_node + (nodes - 1) / nodes * (s / k) / w_net + _latency(k, nodes, hw, 1)
+    t = (k - 1) / k * s / w_node + (nodes - 1) / nodes * (s / k) / w_net + count * _latency(k, nodes, hw, 1, False)
     return np.where(np.asarray(size) > 1, t, 0.0)
 
 
 all_gather_time_s = reduce_scatter_time_s
 
 
-def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec):
-    """Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
-    k, nodes = group_span(size, stride, hw.gpus_per_node)
+def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
+    """All-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
+    k, nodes = _span(size, stride, hw, hierarchical)
     w_node, w_net = _bandwidths(hw)
     s = np.asarray(nbytes, dtype=float)
-    t = 2 * (k - 1) / k * s / w_node + 2 * (nodes - 1) / nodes * (s / k) / w_net + _latency(k, nodes, hw, 2)
+    t = (2 * (k - 1) / k * s / w_node + 2 * (nodes - 1) / nodes * (s / k) / w_net
+         + count * _latency(k, nodes, hw, 2, True))
     return np.where(np.asarray(size) > 1, t, 0.0)
 
 

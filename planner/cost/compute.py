@@ -88,3 +88,10 @@ def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem
     n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
     gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
     return gemm + elementwise_time_s(4 * 4.0 * n * m.vocab / t, hw)
+
+
+def layer_kernel_count(m: ModelSpec, flash_attention):
+    """Kernels one layer launches in the forward pass: 4 GEMMs, the attention core (1 fused FlashAttention kernel,
+    or QKᵀ, softmax, dropout, AV unfused), 2 norms, 2 residual adds, the MLP activation and rotary embedding."""
+    attention = np.where(flash_attention, 1, 4)
+    return 4 + attention + 5 + (0 if m.learned_positions else 1)

@@ -37,20 +37,27 @@ def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime,
     gemm = compute.layer_gemm_time_s(m, s, b, t, hw, e)
     attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e)
     elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s, b, t, sp, e), hw)
-    fwd = gemm + attn + elem
+    launch = compute.layer_kernel_count(m, rt.flash_attention) * hw.kernel_overhead_s
+    fwd = gemm + attn + elem + launch
     # Backward: dgrad + wgrad GEMMs, 2x attention (FlashAttention's backward also recomputes QK^T: 2.5x),
-    # element-wise gradients read the saved input and the incoming gradient and write one (~2x traffic).
+    # element-wise gradients read the saved input and the incoming gradient and write one (~2x traffic), and
+    # about twice the kernels.
     attn_bwd = attn * np.where(rt.flash_attention, 2.5, 2.0)
-    bwd = 2 * gemm + attn_bwd + 2 * elem
+    bwd = 2 * gemm + attn_bwd + 2 * elem + 2 * launch
     recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
 
-    # TP: two all-reduces (or all-gather + reduce-scatter pairs with SP, same volume) of the b·s·h activation per
-    # layer forward and two in backward (Megatron 2019; Korthikanti §4); full recompute repeats the forward pair.
+    # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
+    # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
+    # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives.
     act_bytes = e * s * b * m.hidden
-    tp_pair = 2 * comm.all_reduce_time_s(act_bytes, t, 1, hw)
+    ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2)
+    ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2)
+    sp = np.asarray(sp, dtype=bool)
+    tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
+    tp_b = np.where(sp, 3 * ag_pair, ar_pair)
     hide = rt.tp_comm_overlap
-    tp_fwd = np.where(hide, np.maximum(tp_pair - gemm, 0.0), tp_pair)
-    tp_bwd = np.where(hide, np.maximum(tp_pair - 2 * gemm, 0.0), tp_pair) + np.where(rc == 2, tp_fwd, 0.0)
+    tp_fwd = np.where(hide, np.maximum(tp_f - gemm, 0.0), tp_f)
+    tp_bwd = np.where(hide, np.maximum(tp_b - 2 * gemm, 0.0), tp_b) + np.where(rc == 2, tp_fwd, 0.0)
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
@@ -70,6 +77,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
     fwd, bwd, tp_fwd, tp_bwd = _layer_times(m, hw, job, c, runtime, e)
     edge, mid = stage_layers(m.layers, p)
+    layers_max = np.maximum(np.where(p == 1, m.layers, edge), mid)
     logits = compute.logits_time_s(m, job.seq_len, b, t, hw, e)
     first_last = np.where(p == 1, m.layers, edge)
     stage_comp = np.maximum(first_last * (fwd + bwd) + logits, np.where(p > 2, mid, edge) * (fwd + bwd))
@@ -79,8 +87,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP; pick the cheaper per layout.
     params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
-    results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, stage_fwd, stage_bwd,
-                            stage_comp + stage_tp, dp_inner) for dp_inner in (True, False)]
+    results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd,
+                            stage_bwd, stage_comp + stage_tp, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
     pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
@@ -117,7 +125,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     return out
 
 
-def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, stage_fwd, stage_bwd, stage_mb, dp_inner):
+def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, stage_fwd, stage_bwd, stage_mb,
+                 dp_inner):
     """(PP comm, exposed DP comm) in seconds per step for one rank placement."""
     t, p, d, b, v, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "zero"))
     dp_stride = np.where(dp_inner, t, t * p)
@@ -132,9 +141,15 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, stage_fwd, 
 
     grad_bytes = params_stage * precision.grad_bytes
     param_bytes = params_stage * precision.param_bytes
-    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw)
-    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw)
-    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw)
+    # Gradients travel in buckets; ZeRO-3 gathers one layer (FSDP block) or one weight matrix (DeepSpeed) per call.
+    buckets = np.ceil(grad_bytes / rt.dp_bucket_bytes)
+    hier = rt.hierarchical_collectives
+    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
+    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
+    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
+    units = layers * (4 if rt.zero3_gather_unit == "matrix" else 1)    # QKV, out, MLP in, MLP out
+    ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, hierarchical=hier)
+    rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, hierarchical=hier)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd, 0.0)
     gather = np.maximum(ag - hide_params, 0.0)
@@ -144,7 +159,8 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, stage_fwd, 
     # (DeepSpeed stage 2); ZeRO-3 also gathers parameters for every forward and backward (ZeRO §7; FSDP), each
     # prefetched behind that micro-batch's compute.
     zero2 = num_mb * np.maximum(rs - hide_grads, 0.0) + gather
-    zero3 = num_mb * np.maximum(2 * ag + rs - stage_mb, 0.0)
+    zero3_comm = 2 * ag3 + rs3
+    zero3 = num_mb * np.where(rt.overlap_param_gather, np.maximum(zero3_comm - stage_mb, 0.0), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
     dp_comm = np.where(d > 1, by_stage, 0.0)
     return pp_comm, dp_comm

@@ -58,6 +58,7 @@ class _Efficiency(_Strict):
     hbm_fraction_of_peak: float = Field(gt=0, le=1)
     intra_node_busbw_fraction: float = Field(gt=0, le=1.5)
     inter_node_busbw_fraction: float = Field(gt=0, le=1.5)
+    kernel_overhead_us: float = Field(default=0.0, ge=0, lt=1000)
 
 
 class _Memory(_Strict):
@@ -99,6 +100,7 @@ class HardwareSpec:
     hbm_efficiency: float                   # achievable fraction of HBM bandwidth (memory-bound kernels)
     intra_busbw_efficiency: float           # measured NCCL busbw / link bandwidth inside a node
     inter_busbw_efficiency: float           # measured NCCL busbw / NIC bandwidth across nodes
+    kernel_overhead_s: float                # fixed cost per kernel (launch, ramp-up, tail) on top of the roofline
     framework_overhead_bytes: float         # CUDA context, workspaces, NCCL buffers
     price_usd_per_gpu_hour: float | None
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
@@ -130,6 +132,7 @@ class HardwareSpec:
             hbm_efficiency=f.efficiency.hbm_fraction_of_peak,
             intra_busbw_efficiency=f.efficiency.intra_node_busbw_fraction,
             inter_busbw_efficiency=f.efficiency.inter_node_busbw_fraction,
+            kernel_overhead_s=f.efficiency.kernel_overhead_us * 1e-6,
             framework_overhead_bytes=f.memory.framework_overhead_gib * GIB,
             price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
             peak_flops_by_dtype=peaks,

@@ -86,6 +86,12 @@ class Runtime:
     overlap_grad_reduce: bool = True    # DP gradient reduction overlaps the last backward (Megatron, DDP buckets)
     overlap_param_gather: bool = True   # sharded-parameter all-gather overlaps the next forward
     causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
+    hierarchical_collectives: bool = True  # DP collectives use NVLink inside nodes and all NICs (NCCL rings/trees);
+                                           # False: a topology-unaware ring whose every step crosses the network
+    # Collective granularity (each call pays the collective latency once):
+    dp_bucket_bytes: float = 160e6      # gradient buckets: Megatron DDP 40M fp32 elements (PyTorch DDP: 25 MB)
+    zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
+                                        # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
 
 
 @dataclass(frozen=True)
