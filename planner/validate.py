@@ -45,6 +45,7 @@ class RunLayout(_Strict):
 class RunRuntime(_Strict):
     flash_attention: bool
     tp_comm_overlap: bool
+    tp_bwd_overlap: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     dp_bucket_bytes: float | None = Field(default=None, gt=0)

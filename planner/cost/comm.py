@@ -49,17 +49,30 @@ def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
             + net_steps * hw.inter_step_latency_s)
 
 
+def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchical, rounds):
+    """rounds = 1: reduce-scatter or all-gather; 2: all-reduce (RS + AG, tree latency across nodes).
+
+    Each call moves S/count bytes. Below the fabric's half-bandwidth size H the achieved bus bandwidth falls as
+    W·x/(x + H) for a per-GPU chunk of x bytes (NCCL reaches its plateau only for large messages: a 58 MB
+    all-reduce on 8 H100s gets ~150 of ~370 GB/s, scaling book "GPUs"; formulas.md §4.2).
+    """
+    k, nodes = _span(size, stride, hw, hierarchical)
+    w_node, w_net = _bandwidths(hw)
+    s = np.asarray(nbytes, dtype=float)
+    call = s / np.maximum(count, 1)
+    node = rounds * (k - 1) / k * s / w_node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
+    net = rounds * (nodes - 1) / nodes * (s / k) / w_net * (1 + hw.inter_half_bw_bytes / np.maximum(call / k, 1.0))
+    t = node + net + count * _latency(k, nodes, hw, rounds, rounds == 2)
+    return np.where(np.asarray(size) > 1, t, 0.0)
+
+
 def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
     """Reduce-scatter (or all-gather: same cost) of S bytes in total over `size` ranks, issued as `count` calls.
 
     Hierarchical: (k−1)/k·S/W_node inside the node, then (M−1)/M·(S/k)/W_net across M nodes (formulas.md §4.1, §4.3).
     A topology-unaware ring (hierarchical=False) crosses the network at every step: k = 1 once the group leaves a node.
     """
-    k, nodes = _span(size, stride, hw, hierarchical)
-    w_node, w_net = _bandwidths(hw)
-    s = np.asarray(nbytes, dtype=float)
-    t = (k - 1) / k * s / w_node + (nodes - 1) / nodes * (s / k) / w_net + count * _latency(k, nodes, hw, 1, False)
-    return np.where(np.asarray(size) > 1, t, 0.0)
+    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 1)
 
 
 all_gather_time_s = reduce_scatter_time_s
@@ -67,12 +80,7 @@ all_gather_time_s = reduce_scatter_time_s
 
 def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
     """All-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
-    k, nodes = _span(size, stride, hw, hierarchical)
-    w_node, w_net = _bandwidths(hw)
-    s = np.asarray(nbytes, dtype=float)
-    t = (2 * (k - 1) / k * s / w_node + 2 * (nodes - 1) / nodes * (s / k) / w_net
-         + count * _latency(k, nodes, hw, 2, True))
-    return np.where(np.asarray(size) > 1, t, 0.0)
+    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2)
 
 
 def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):

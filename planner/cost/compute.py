@@ -25,10 +25,16 @@ def kernel_time_s(flops, nbytes, hw: HardwareSpec):
 
 
 def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
-    """[rows × inner] @ [inner × cols]: 2·rows·inner·cols FLOPs, reads both operands and writes the result."""
+    """[rows × inner] @ [inner × cols]: 2·rows·inner·cols FLOPs, reads both operands and writes the result.
+
+    Each output tile pays a fixed prologue/epilogue besides its K-loop, so efficiency grows with the inner
+    dimension: η·K/(K + K½), K½ per hardware (small-K GEMMs such as the attention output projection under TP
+    are the slow ones).
+    """
     flops = 2.0 * rows * inner * cols
     nbytes = elem_bytes * (rows * inner + inner * cols + rows * cols)
-    return kernel_time_s(flops, nbytes, hw)
+    k_factor = 1.0 + hw.gemm_k_half / np.asarray(inner, dtype=float)
+    return kernel_time_s(flops * k_factor, nbytes, hw)
 
 
 def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
@@ -42,22 +48,30 @@ def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, 
 
 
 def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attention, hw: HardwareSpec,
-                          elem_bytes=2):
-    """Forward time of softmax(QKᵀ)V for the heads on this GPU.
+                          elem_bytes=2, backward=False):
+    """Time of softmax(QKᵀ)V for the heads on this GPU, forward (or backward).
 
     FlashAttention (Dao et al. 2022) computes only the unmasked causal half, in one kernel whose HBM traffic is
-    Q, K, V and O. Unfused attention (Megatron 2019-22) computes the full s×s scores and moves them through HBM:
-    QKᵀ writes them, the fused scale-mask-softmax reads and writes them, dropout reads them and writes output and
-    a 1-byte mask, and AV reads them.
+    Q, K, V and O, at the hardware's attention-kernel efficiency (FlashAttention-2 reaches 50-73% of A100 peak,
+    Dao 2023); its backward does 2.5x the forward FLOPs (it recomputes QKᵀ). Unfused attention (Megatron
+    2019-22) computes the full s×s scores and moves them through HBM. Forward, bytes per score element: QKᵀ
+    writes e, the fused scale-mask-softmax reads and writes e, dropout reads e and writes e plus a 1-byte mask,
+    AV reads e (13 with dropout, 8 without). Backward: dP written, dropout-backward reads it and the mask and
+    writes, softmax-backward reads P and dP and writes dS, dQ and dK read dS, dV reads P (19 with dropout,
+    14 without); the matmuls do 2x the forward FLOPs.
     """
     s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
     fa = np.asarray(flash_attention, dtype=bool)
     flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0)
-    qkvo = elem_bytes * b * s * (2 * m.q_dim / t + 2 * kv_dim_per_rank(m, t))
+    if backward:
+        flops = flops * np.where(fa, 2.5, 2.0)
+    qkvo = elem_bytes * b * s * (2 * m.q_dim / t + 2 * kv_dim_per_rank(m, t)) * (2 if backward else 1)
     scores = b * m.heads / t * s * s
     drop = 1.0 if m.dropout else 0.0
-    score_bytes = scores * (4 * elem_bytes + drop * (2 * elem_bytes + 1))
-    return kernel_time_s(flops, qkvo + np.where(fa, 0.0, score_bytes), hw)
+    per_score = (7 if backward else 4) * elem_bytes + drop * (2 * elem_bytes + 1)
+    math_s = flops / (np.where(fa, hw.attention_efficiency, hw.gemm_efficiency) * hw.peak_flops)
+    mem_s = (qkvo + np.where(fa, 0.0, scores * per_score)) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
+    return np.maximum(math_s, mem_s)
 
 
 def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_bytes=2):

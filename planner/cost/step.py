@@ -23,12 +23,26 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Precision, Runtime
 
+BUBBLE_SCALE = 1.0
 TIME_PARTS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
 
-# Adam step traffic per optimised parameter: read fp32 master, m, v and the grad; write master, m, v and the 16-bit
-# weight; the global grad-norm reads the grad once more: 26 + 2·grad bytes (memory-bound, formulas.md §6 roofline).
-_ADAM_FIXED_BYTES = 26
+
+def optimizer_bytes_per_param(precision: Precision) -> float:
+    """HBM traffic of one mixed-precision Adam step per optimised parameter (memory-bound, formulas.md §6):
+    16-bit gradients are first copied to fp32 main grads (read g, write 4); the global grad-norm reads them (4);
+    Adam reads master, grad, m, v and writes master, m, v (28); the 16-bit weights are refreshed from the fp32
+    master (read 4, write param bytes)."""
+    to_fp32 = precision.grad_bytes + 4 if precision.grad_bytes < 4 else 0
+    return to_fp32 + 4 + 28 + 4 + precision.param_bytes
+
+
+def _exposed(comm_s, window_s, slowdown):
+    """Communication left on the critical path when it overlaps `window_s` of compute: the part that does not fit in
+    the window, plus a share `slowdown` of the overlapped part, since collectives take SMs and HBM bandwidth from
+    the concurrent kernels (Calculon's processor_usage, Isaev et al. SC'23)."""
+    hidden = np.minimum(comm_s, window_s)
+    return comm_s - hidden * (1.0 - slowdown)
 
 
 def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int):
@@ -39,11 +53,10 @@ def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime,
     elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s, b, t, sp, e), hw)
     launch = compute.layer_kernel_count(m, rt.flash_attention) * hw.kernel_overhead_s
     fwd = gemm + attn + elem + launch
-    # Backward: dgrad + wgrad GEMMs, 2x attention (FlashAttention's backward also recomputes QK^T: 2.5x),
-    # element-wise gradients read the saved input and the incoming gradient and write one (~2x traffic), and
-    # about twice the kernels.
-    attn_bwd = attn * np.where(rt.flash_attention, 2.5, 2.0)
-    bwd = 2 * gemm + attn_bwd + 2 * elem + 2 * launch
+    # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
+    # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
+    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True)
+    bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
@@ -55,9 +68,14 @@ def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime,
     sp = np.asarray(sp, dtype=bool)
     tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
     tp_b = np.where(sp, 3 * ag_pair, ar_pair)
+    # Overlap: --tp-comm-overlap hides forward and backward collectives behind the GEMMs they feed; Megatron's
+    # async backward hides the data-gradient all-reduce behind the weight-gradient GEMM (and, with SP, the input
+    # all-gather behind the data-gradient GEMM) (Korthikanti §4.2.2).
     hide = rt.tp_comm_overlap
-    tp_fwd = np.where(hide, np.maximum(tp_f - gemm, 0.0), tp_f)
-    tp_bwd = np.where(hide, np.maximum(tp_b - 2 * gemm, 0.0), tp_b) + np.where(rc == 2, tp_fwd, 0.0)
+    bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
+    u = hw.overlap_slowdown_intra
+    tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
+    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, tp_fwd, 0.0)
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
@@ -94,14 +112,14 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
     opt_params = params_stage / np.where(z >= 1, d, 1)
-    optimizer = opt_params * (_ADAM_FIXED_BYTES + 2 * precision.grad_bytes) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
+    optimizer = opt_params * optimizer_bytes_per_param(precision) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
 
     times = {
         "compute": num_mb * stage_comp,
         "tp_comm": num_mb * stage_tp,
         "pp_comm": pp_comm,
         "dp_comm": dp_comm,
-        "bubble": (p - 1) / v * (stage_comp + stage_tp),
+        "bubble": BUBBLE_SCALE * (p - 1) / v * (stage_comp + stage_tp),
         "optimizer": optimizer,
     }
     step = sum(times.values())
@@ -152,15 +170,18 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, hierarchical=hier)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd, 0.0)
-    gather = np.maximum(ag - hide_params, 0.0)
-    plain = np.maximum(ar - hide_grads, 0.0)                       # DDP: all-reduce after the last backward
-    zero1 = np.maximum(rs - hide_grads, 0.0) + gather              # distributed optimizer: RS grads, AG params
+    # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
+    k, nodes = comm.group_span(d, dp_stride, hw.gpus_per_node)
+    u = np.where(nodes > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    gather = _exposed(ag, hide_params, u)
+    plain = _exposed(ar, hide_grads, u)                           # DDP: all-reduce after the last backward
+    zero1 = _exposed(rs, hide_grads, u) + gather                  # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2); ZeRO-3 also gathers parameters for every forward and backward (ZeRO §7; FSDP), each
     # prefetched behind that micro-batch's compute.
-    zero2 = num_mb * np.maximum(rs - hide_grads, 0.0) + gather
+    zero2 = num_mb * _exposed(rs, hide_grads, u) + gather
     zero3_comm = 2 * ag3 + rs3
-    zero3 = num_mb * np.where(rt.overlap_param_gather, np.maximum(zero3_comm - stage_mb, 0.0), zero3_comm)
+    zero3 = num_mb * np.where(rt.overlap_param_gather, _exposed(zero3_comm, stage_mb, u), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
     dp_comm = np.where(d > 1, by_stage, 0.0)
     return pp_comm, dp_comm

@@ -44,6 +44,7 @@ class _Link(_Strict):
     bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=0.1, lt=100_000)
     bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(default=None, gt=1, lt=100_000)
     step_latency_us: float = Field(ge=0, lt=10_000)
+    half_bandwidth_mb: float = Field(default=0.0, ge=0, lt=1e6)
 
 
 class _Node(_Strict):
@@ -59,6 +60,10 @@ class _Efficiency(_Strict):
     intra_node_busbw_fraction: float = Field(gt=0, le=1.5)
     inter_node_busbw_fraction: float = Field(gt=0, le=1.5)
     kernel_overhead_us: float = Field(default=0.0, ge=0, lt=1000)
+    gemm_k_half: float = Field(default=0.0, ge=0, lt=1e6)
+    attention_fraction_of_peak: float | None = Field(default=None, gt=0, le=1)
+    overlap_slowdown_intra_node: float = Field(default=0.0, ge=0, le=1)
+    overlap_slowdown_inter_node: float = Field(default=0.0, ge=0, le=1)
 
 
 class _Memory(_Strict):
@@ -96,11 +101,17 @@ class HardwareSpec:
     intra_step_latency_s: float             # alpha per ring step inside a node
     inter_step_latency_s: float             # alpha per ring step across nodes
     collective_base_latency_s: float        # fixed cost of launching one collective
+    intra_half_bw_bytes: float              # per-GPU chunk size at which NVLink collectives reach half their busbw
+    inter_half_bw_bytes: float              # the same across the network
     gemm_efficiency: float                  # achievable fraction of peak on large GEMMs
     hbm_efficiency: float                   # achievable fraction of HBM bandwidth (memory-bound kernels)
     intra_busbw_efficiency: float           # measured NCCL busbw / link bandwidth inside a node
     inter_busbw_efficiency: float           # measured NCCL busbw / NIC bandwidth across nodes
     kernel_overhead_s: float                # fixed cost per kernel (launch, ramp-up, tail) on top of the roofline
+    gemm_k_half: float                      # inner dimension at which a GEMM reaches half its large-K efficiency
+    attention_efficiency: float             # achievable fraction of peak inside fused attention kernels
+    overlap_slowdown_intra: float           # share of overlapped NVLink-collective time that still delays compute
+    overlap_slowdown_inter: float           # the same for collectives that cross the network
     framework_overhead_bytes: float         # CUDA context, workspaces, NCCL buffers
     price_usd_per_gpu_hour: float | None
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
@@ -128,11 +139,17 @@ class HardwareSpec:
             intra_step_latency_s=intra.step_latency_us * 1e-6,
             inter_step_latency_s=inter.step_latency_us * 1e-6,
             collective_base_latency_s=f.node.collective_base_latency_us * 1e-6,
+            intra_half_bw_bytes=intra.half_bandwidth_mb * 1e6,
+            inter_half_bw_bytes=inter.half_bandwidth_mb * 1e6,
             gemm_efficiency=f.efficiency.gemm_fraction_of_peak,
             hbm_efficiency=f.efficiency.hbm_fraction_of_peak,
             intra_busbw_efficiency=f.efficiency.intra_node_busbw_fraction,
             inter_busbw_efficiency=f.efficiency.inter_node_busbw_fraction,
             kernel_overhead_s=f.efficiency.kernel_overhead_us * 1e-6,
+            gemm_k_half=f.efficiency.gemm_k_half,
+            attention_efficiency=f.efficiency.attention_fraction_of_peak or f.efficiency.gemm_fraction_of_peak,
+            overlap_slowdown_intra=f.efficiency.overlap_slowdown_intra_node,
+            overlap_slowdown_inter=f.efficiency.overlap_slowdown_inter_node,
             framework_overhead_bytes=f.memory.framework_overhead_gib * GIB,
             price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
             peak_flops_by_dtype=peaks,

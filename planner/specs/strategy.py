@@ -83,6 +83,8 @@ class Runtime:
 
     flash_attention: bool = True        # attention scores never materialised (Dao et al. 2022)
     tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
+    tp_bwd_overlap: bool = True         # backward TP collectives overlap the weight-gradient (and, with SP, the
+                                        # data-gradient) GEMMs: Megatron's async TP all-reduce (since late 2021)
     overlap_grad_reduce: bool = True    # DP gradient reduction overlaps the last backward (Megatron, DDP buckets)
     overlap_param_gather: bool = True   # sharded-parameter all-gather overlaps the next forward
     causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
