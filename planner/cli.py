@@ -194,6 +194,28 @@ def hardware_cmd():
     _out().print(t)
 
 
+@app.command("validate")
+@handle_errors
+def validate_cmd(
+    runs_file: Optional[str] = typer.Argument(None, help="YAML of measured runs (default: the bundled published runs)."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json."),
+):
+    """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
+    import json
+
+    from planner import report
+    from planner.validate import load_runs, predict_all, summarize
+
+    preds = predict_all(load_runs(runs_file))
+    stats = summarize(preds)
+    if fmt is Format.json:
+        print(json.dumps(report.validation_document(preds, stats), indent=2))
+    elif fmt is Format.csv:
+        raise PlannerError("--format", "validate supports table or json")
+    else:
+        report.print_validation(preds, stats, _out())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: usage errors become one line and exit code 2."""
     try:

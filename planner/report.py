@@ -147,3 +147,70 @@ def print_breakdown(ev, out: Console) -> None:
     out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
               f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}; rank order {r['placement']}.")
+
+
+# --- validation ---------------------------------------------------------------------------------------------------
+
+_METRIC_LABELS = {"iteration_time_s": "step s", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
+                  "tflops_per_gpu": "TFLOP/s/GPU", "mfu": "MFU"}
+
+
+def _validation_layout(p) -> str:
+    if p.evaluation is None:
+        return "-"
+    r = p.evaluation.row
+    star = {k: "*" if k in p.searched else "" for k in ("micro_batch", "vpp", "recompute", "zero_stage",
+                                                         "sequence_parallel")}
+    return (f"TP{r['tp']} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
+            f"v{r['vpp']}{star['vpp']} {r['recompute']}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
+            f"{' SP' if r['sequence_parallel'] else ''}")
+
+
+def validation_record(p) -> dict:
+    rec = {"id": p.run.id, "group": p.run.group, "hardware": p.run.hardware, "gpus": p.run.gpus,
+           "metric": p.metric, "measured": p.measured_value, "used_for_fit": p.used_for_fit,
+           "searched_knobs": list(p.searched), "error": p.error}
+    if p.error is None:
+        rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
+                   measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,
+                   fits=p.fits, memory_gib=_plain(p.evaluation.row["memory_gib"]),
+                   layout={k: _plain(p.evaluation.row[k]) for k in _CONTRACT_KEYS[:10]})
+        if p.run.measured.memory_gib is not None:
+            rec["measured_memory_gib"] = p.run.measured.memory_gib
+    return rec
+
+
+def validation_document(preds, stats) -> dict:
+    return {"runs": [validation_record(p) for p in preds], "summary": stats,
+            "notes": "throughput_error = measured step time / predicted step time - 1 (+ = planner optimistic); "
+                     "searched_knobs were not stated by the source and take the planner's best choice"}
+
+
+def print_validation(preds, stats, out: Console) -> None:
+    t = Table(title="Measured vs predicted (* = not stated by the source: the planner's best choice)",
+              title_justify="left", header_style="bold")
+    for col in ("run", "hardware", "GPUs", "layout", "metric", "measured", "predicted", "error", "memory", "set"):
+        t.add_column(col, justify="right" if col in ("GPUs", "measured", "predicted", "error") else "left")
+    for p in preds:
+        if p.error is not None:
+            t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), "-", _METRIC_LABELS[p.metric],
+                      f"{p.measured_value:.4g}", "-", "-", p.error, "")
+            continue
+        err = p.throughput_error
+        style = "red" if abs(err) > 0.2 else ("yellow" if abs(err) > 0.08 else "green")
+        mem = f"{p.evaluation.row['memory_gib']:.0f} GiB {'fits' if p.fits else 'OOM'}"
+        if p.run.measured.memory_gib is not None:
+            mem += f" (meas {p.run.measured.memory_gib:.0f})"
+        t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), _validation_layout(p), _METRIC_LABELS[p.metric],
+                  f"{p.measured_value:.4g}", f"{p.predicted_value:.4g}", f"[{style}]{err:+.1%}[/{style}]", mem,
+                  "fit" if p.used_for_fit else "held out")
+    out.print(t)
+    s = Table(title="Absolute throughput error", title_justify="left", header_style="bold")
+    for col in ("group", "runs", "mean", "median", "max"):
+        s.add_column(col, justify="left" if col == "group" else "right")
+    for group, st in stats.items():
+        bold = group in ("overall", "fit runs", "held-out runs")
+        fmt = (lambda x: f"[bold]{x}[/bold]") if bold else str
+        s.add_row(fmt(group), fmt(st["runs"]), fmt(f"{st['mean']:.1%}"), fmt(f"{st['median']:.1%}"),
+                  fmt(f"{st['max']:.1%}"))
+    out.print(s)

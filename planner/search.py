@@ -13,10 +13,10 @@ from itertools import product
 import numpy as np
 
 from planner import constraints
-from planner.cost.memory import MEMORY_PARTS, memory_breakdown
+from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.pipeline import stage_layers
-from planner.cost.step import KNOBS, TIME_PARTS, step_columns
+from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
@@ -232,11 +232,7 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
         _, valid = constraints.first_failure(constraints.rules(m, hw, job, c, allow_cross_node_tp), len(c["tp"]))
         if not valid.any():
             continue
-        c = {k: v[valid] for k, v in c.items()}
-        num_mb = job.global_batch // (c["micro_batch"] * c["dp"])
-        parts, _ = memory_breakdown(m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_mb, c["vpp"],
-                                    c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention,
-                                    hw.framework_overhead_bytes)
+        parts, _ = memory_columns(m, hw, job, {k: v[valid] for k, v in c.items()}, precision, runtime)
         if (sum(parts.values()) <= capacity).any():
             return True
     return False

@@ -24,6 +24,9 @@ from planner.specs.model import ModelFile
 from planner.specs.strategy import Precision, Runtime
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
+# Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
+FIT_GROUPS = ("Korthikanti2022 Table 3/5", "Megatron-Core r0.8.0 README",
+              "Megatron-LM 2020 README (model-parallel weak scaling, 1 node, V100 DGX-2)")
 THROUGHPUT_KEYS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 
 
@@ -107,15 +110,54 @@ class ValidationRun(_Strict):
         return self
 
 
+class LayerTime(_Strict):
+    """One transformer layer's measured forward and backward time (Korthikanti Table 4 style)."""
+
+    id: str
+    source: str
+    model: str
+    hardware: str
+    tp: int = Field(ge=1)
+    micro_batch: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    sequence_parallel: bool
+    recompute: Literal["none", "selective", "full"]
+    flash_attention: bool = False
+    tp_bwd_overlap: bool = True
+    forward_ms: float = Field(gt=0)
+    backward_ms: float = Field(gt=0)
+
+
 class RunsFile(_Strict):
     meta: dict = {}
     runs: list[ValidationRun]
+    layer_times: list[LayerTime] = []
+
+
+def load_runs_file(path: str | Path | None = None) -> RunsFile:
+    p = BUNDLED_RUNS if path is None else Path(path).expanduser()
+    return validate(RunsFile, read_mapping(p, "runs file"), f"runs file {p.name}")
 
 
 def load_runs(path: str | Path | None = None) -> list[ValidationRun]:
     """The bundled published runs, or a user's file in the same format."""
-    p = BUNDLED_RUNS if path is None else Path(path).expanduser()
-    return list(validate(RunsFile, read_mapping(p, "runs file"), f"runs file {p.name}").runs)
+    return list(load_runs_file(path).runs)
+
+
+def predict_layer_ms(lt: LayerTime, hardware=None) -> tuple[float, float]:
+    """Predicted (forward, backward) milliseconds of one layer, exposed TP communication included."""
+    from planner.cost.step import layer_times
+    from planner.specs.hardware import load_hardware
+    from planner.specs.model import load_model
+    from planner.specs.strategy import Job, recompute_code
+
+    m, hw = load_model(lt.model), hardware or load_hardware(lt.hardware)
+    cols = {"tp": np.asarray(lt.tp), "micro_batch": np.asarray(lt.micro_batch),
+            "sp": np.asarray(lt.sequence_parallel), "recompute": np.asarray(recompute_code(lt.recompute))}
+    rt = Runtime(flash_attention=lt.flash_attention, tp_bwd_overlap=lt.tp_bwd_overlap)
+    fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, Job(gpus=lt.tp, seq_len=lt.seq_len, global_batch=lt.micro_batch),
+                                           cols, rt)
+    return float(fwd + tp_fwd) * 1e3, float(bwd + tp_bwd) * 1e3
 
 
 @dataclass(frozen=True)
@@ -149,6 +191,10 @@ class Prediction:
     @property
     def fits(self) -> bool:
         return self.evaluation is not None and self.evaluation.fits
+
+    @property
+    def used_for_fit(self) -> bool:
+        return self.run.group.startswith(FIT_GROUPS)
 
 
 def _convention_flops(run: ValidationRun, spec) -> float:
@@ -196,14 +242,21 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
 
 
 def summarize(preds: list[Prediction]) -> dict:
-    """Mean / median / max absolute throughput error per group and overall (predictable runs only)."""
+    """Mean / median / max absolute throughput error per group, overall, and split into fit / held-out runs."""
     groups: dict[str, list[float]] = {}
     for p in preds:
         if p.error is None:
             groups.setdefault(p.run.group, []).append(abs(p.throughput_error))
     stats = {g: _stats(v) for g, v in groups.items()}
-    stats["overall"] = _stats([e for v in groups.values() for e in v])
+    ok = [p for p in preds if p.error is None]
+    stats["overall"] = _stats([abs(p.throughput_error) for p in ok])
+    stats["fit runs"] = _stats([abs(p.throughput_error) for p in ok if p.used_for_fit])
+    stats["held-out runs"] = _stats([abs(p.throughput_error) for p in ok if not p.used_for_fit])
     return stats
+
+
+def predict_all(runs: list[ValidationRun]) -> list[Prediction]:
+    return [predict(r) for r in runs]
 
 
 def _stats(errors: list[float]) -> dict:

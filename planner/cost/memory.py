@@ -89,14 +89,16 @@ def stage_params(m: ModelSpec, tp, pp):
 
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
-                     precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0):
+                     precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
+                     zero3_gather_unit="layer"):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
     the logits of one micro-batch.
     other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
-    recomputed, and under ZeRO-3 two layers of gathered 16-bit parameters (current + prefetched).
+    recomputed, and under ZeRO-3 the gathered 16-bit parameters of the current and the prefetched unit (two layers
+    for FSDP's per-block wrapping, two of the largest weight matrices for DeepSpeed's per-module gathering).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
@@ -109,7 +111,9 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
     work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                    precision.activation_bytes)
-    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * P.layer_params_per_gpu(m, t), 0.0)
+    unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
+            else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
+    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * unit, 0.0)
     other = overhead_bytes + work + gathered
 
     best_parts, best_total, best_stage = None, None, None

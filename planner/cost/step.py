@@ -45,8 +45,9 @@ def _exposed(comm_s, window_s, slowdown):
     return comm_s - hidden * (1.0 - slowdown)
 
 
-def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int):
-    """Per layer per micro-batch: forward/backward kernel time and exposed TP communication, in seconds."""
+def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
+    """Per layer per micro-batch: (forward, backward incl. recompute) kernel time and (forward, backward) exposed TP
+    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute."""
     s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], c["recompute"]
     gemm = compute.layer_gemm_time_s(m, s, b, t, hw, e)
     attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e)
@@ -79,6 +80,21 @@ def _layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime,
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
+def num_microbatches(job: Job, micro_batch, dp):
+    """m = B/(b·d) micro-batches per pipeline per step (at least 1; divisibility is a validity rule)."""
+    return np.maximum(job.global_batch // np.maximum(np.asarray(micro_batch) * np.asarray(dp), 1), 1)
+
+
+def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
+                   runtime: Runtime = Runtime()):
+    """Memory parts (bytes) of the most loaded stage and its index, for layouts given as columns (KNOBS)."""
+    c = {k: np.asarray(cols[k]) for k in KNOBS}
+    return memory.memory_breakdown(
+        m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
+        c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
+        runtime.zero3_gather_unit)
+
+
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
                  runtime: Runtime = Runtime()) -> dict:
     """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
@@ -86,14 +102,12 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     c = {k: np.asarray(cols[k]) for k in KNOBS}
     t, p, d, b, v, rc, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
     e = precision.activation_bytes
-    num_mb = np.maximum(job.global_batch // np.maximum(b * d, 1), 1)
+    num_mb = num_microbatches(job, b, d)
 
-    mem, stage = memory.memory_breakdown(
-        m, job.seq_len, t, p, d, b, num_mb, v, c["sp"], rc, z, precision, runtime.flash_attention,
-        hw.framework_overhead_bytes)
+    mem, stage = memory_columns(m, hw, job, c, precision, runtime)
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
-    fwd, bwd, tp_fwd, tp_bwd = _layer_times(m, hw, job, c, runtime, e)
+    fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e)
     edge, mid = stage_layers(m.layers, p)
     layers_max = np.maximum(np.where(p == 1, m.layers, edge), mid)
     logits = compute.logits_time_s(m, job.seq_len, b, t, hw, e)
