@@ -155,6 +155,11 @@ _METRIC_LABELS = {"iteration_time_s": "step s", "tokens_per_s": "tokens/s", "tok
                   "tflops_per_gpu": "TFLOP/s/GPU", "mfu": "MFU"}
 
 
+def _fmt_metric(metric: str, value: float) -> str:
+    return {"iteration_time_s": f"{value:.2f}", "tokens_per_s": _fmt_rate(value), "tokens_per_s_per_gpu": f"{value:.0f}",
+            "tflops_per_gpu": f"{value:.1f}", "mfu": f"{value:.1%}"}[metric]
+
+
 def _validation_layout(p) -> str:
     if p.evaluation is None:
         return "-"
@@ -194,7 +199,7 @@ def print_validation(preds, stats, out: Console) -> None:
     for p in preds:
         if p.error is not None:
             t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), "-", _METRIC_LABELS[p.metric],
-                      f"{p.measured_value:.4g}", "-", "-", p.error, "")
+                      _fmt_metric(p.metric, p.measured_value), "-", "-", p.error, "")
             continue
         err = p.throughput_error
         style = "red" if abs(err) > 0.2 else ("yellow" if abs(err) > 0.08 else "green")
@@ -202,7 +207,8 @@ def print_validation(preds, stats, out: Console) -> None:
         if p.run.measured.memory_gib is not None:
             mem += f" (meas {p.run.measured.memory_gib:.0f})"
         t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), _validation_layout(p), _METRIC_LABELS[p.metric],
-                  f"{p.measured_value:.4g}", f"{p.predicted_value:.4g}", f"[{style}]{err:+.1%}[/{style}]", mem,
+                  _fmt_metric(p.metric, p.measured_value), _fmt_metric(p.metric, p.predicted_value),
+                  f"[{style}]{err:+.1%}[/{style}]", mem,
                   "fit" if p.used_for_fit else "held out")
     out.print(t)
     s = Table(title="Absolute throughput error", title_justify="left", header_style="bold")
