@@ -1,0 +1,91 @@
+"""Search speed: candidates per second, wall time and peak memory of full searches, and what vectorisation buys.
+
+    python benchmarks/search_speed.py
+
+Each search runs in a fresh subprocess (imports done before the clock starts) so its peak RSS is its own. The
+"python loop" line evaluates a sample of the same candidates one at a time through the same cost functions with
+scalar inputs, the way a non-vectorised planner would. The last line times `plan --model 405b --gpus 512` as a
+fresh process (interpreter start, imports, search, printing). Targets (issue 4): >= 1e6 candidates/s; 512 GPUs
+< 1 s; 16,384 GPUs < 2 s; 131,072 GPUs < 5 s; peak memory < 1 GB; fresh `plan` < 1.5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+CASES = [("405b", 512), ("405b", 16384), ("405b", 131072), ("70b", 1024), ("8b", 4096)]
+
+_CHILD = r"""
+import json, resource, sys, time
+from planner.search import run_search
+model, gpus = sys.argv[1], int(sys.argv[2])
+run_search("8b", 8, find_min_gpus=False)          # warm caches (YAML presets, profiles)
+t = time.perf_counter()
+r = run_search(model, gpus)
+dt = time.perf_counter() - t
+print(json.dumps({"candidates": r.considered, "seconds": dt, "fit": len(r.table),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_case(model: str, gpus: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, model, str(gpus)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def python_loop_rate(sample: int = 400) -> tuple[float, float]:
+    """Candidates per second when each candidate is evaluated alone (scalar inputs), and the vectorised rate."""
+    import numpy as np
+
+    from planner.cost.step import KNOBS, step_columns
+    from planner.search import enumerate_candidates, make_job
+    from planner.specs.hardware import load_hardware
+    from planner.specs.model import load_model
+
+    m, hw = load_model("405b"), load_hardware("h100-sxm")
+    job = make_job(m, 512)
+    cols = enumerate_candidates(m, job)
+    n = len(cols["tp"])
+    pick = np.linspace(0, n - 1, sample).astype(int)
+    t = time.perf_counter()
+    for i in pick:
+        step_columns(m, hw, job, {k: cols[k][i] for k in KNOBS})
+    loop_rate = sample / (time.perf_counter() - t)
+    t = time.perf_counter()
+    step_columns(m, hw, job, cols)
+    vector_rate = n / (time.perf_counter() - t)
+    return loop_rate, vector_rate
+
+
+def fresh_plan_seconds(repeats: int = 3) -> float:
+    exe = shutil.which("plan", path=os.path.dirname(sys.executable)) or shutil.which("plan")
+    cmd = [exe] if exe else [sys.executable, "-m", "planner"]
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run(cmd + ["--model", "405b", "--gpus", "512"], capture_output=True, check=True)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main() -> int:
+    print(f"{'model':>6} {'GPUs':>8} {'candidates':>11} {'fit':>6} {'wall s':>8} {'candidates/s':>14} {'peak RSS MB':>12}")
+    for model, gpus in CASES:
+        r = run_case(model, gpus)
+        print(f"{model:>6} {gpus:>8,} {r['candidates']:>11,} {r['fit']:>6,} {r['seconds']:>8.3f} "
+              f"{r['candidates'] / r['seconds']:>14,.0f} {r['peak_rss_mb']:>12.0f}")
+    loop, vector = python_loop_rate()
+    print(f"cost functions, 405b on 512 GPUs: python loop {loop:,.0f} candidates/s, vectorised {vector:,.0f} "
+          f"candidates/s ({vector / loop:,.0f}x)")
+    print(f"fresh process `plan --model 405b --gpus 512`: {fresh_plan_seconds():.2f} s (best of 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
