@@ -100,9 +100,16 @@ def plan(
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="FlashAttention kernels (no s x s scores in memory)."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
+                                         "days, GPU-hours, cost and energy."),
+    price: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
+    pue: float = typer.Option(1.2, "--pue", help="Facility power usage effectiveness for the energy estimate."),
+    sort: str = typer.Option("throughput", "--sort", help="Comparison order: throughput, time or cost."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
 ):
-    """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned)."""
+    """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned).
+
+    Several hardware profiles (--hardware h100-sxm,b200) compare the best layout on each."""
     if ctx.invoked_subcommand is not None:
         return
     if model is None or gpus is None:
@@ -117,6 +124,7 @@ def plan(
 
     if recompute is not None:
         recompute_code(recompute)
+    budget = _budget_options(tokens, price, pue)
     zero_stage = zero_code(zero) if zero is not None else None
     tokens = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap)
@@ -125,6 +133,15 @@ def plan(
     pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
     out = _out()
+
+    if "," in hardware:
+        from planner.sweep import compare_hardware
+
+        names = [h for h in hardware.split(",") if h.strip()]
+        del common["hardware"]
+        df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
+        _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt)
+        raise typer.Exit(EXIT_OK if (df["status"] == "ok").any() else EXIT_NOTHING_FITS)
 
     if tp is not None and pp is not None and dp is not None:
         ev = evaluate(model, gpus, **pins, **common)
@@ -141,6 +158,13 @@ def plan(
     result = run_search(model, gpus, pins=Pins(**pins), **common)
     if len(result.table) == 0 and len(result.closest) == 0:
         raise invalid_layout_error(result)
+    if budget["tokens"] is not None:
+        from planner.sweep import add_budget_columns
+
+        for frame in (result.table, result.closest):
+            if len(frame):
+                add_budget_columns(frame, budget["tokens"], frame["tp"] * frame["pp"] * frame["dp"],
+                                   result.hardware, budget["price_usd_per_gpu_hour"], budget["pue"])
     if fmt is Format.table:
         report.print_search(result, top, out, _err())
     elif fmt is Format.json:
@@ -151,6 +175,60 @@ def plan(
         if fmt is not Format.table:
             print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
                   file=sys.stderr)
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _budget_options(tokens, price, pue) -> dict:
+    if price is not None and not price > 0:
+        raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
+    if not 1.0 <= pue <= 3.0:
+        raise PlannerError("--pue", f"got {pue}, expected a power usage effectiveness between 1.0 and 3.0")
+    return {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
+            "price_usd_per_gpu_hour": price, "pue": pue}
+
+
+def _print_frame(df, title: str, first: str, fmt: "Format") -> None:
+    from planner import report
+
+    if fmt is Format.json:
+        print(json_dumps({"title": title, "rows": report.frame_records(df)}))
+    elif fmt is Format.csv:
+        print(df.to_csv(index=False), end="")
+    else:
+        _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
+
+
+def json_dumps(doc) -> str:
+    import json
+
+    return json.dumps(doc, indent=2)
+
+
+@app.command("sweep")
+@handle_errors
+def sweep_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
+    gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
+                                                        "64..512:64."),
+    hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="16M = 16*2^20 tokens."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget, e.g. 15T: days and cost per count."),
+    price: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
+    pue: float = typer.Option(1.2, "--pue", help="Power usage effectiveness for the energy estimate."),
+    headroom_gib: float = typer.Option(3.0, "--headroom-gib"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
+):
+    """Best layout per GPU count: step time, tokens/s, MFU, scaling efficiency, and days and cost for --tokens."""
+    from planner.sweep import sweep
+
+    budget = _budget_options(tokens, price, pue)
+    tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
+    df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
+               global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)
+    _print_frame(df, f"{model} on {df.attrs['hardware']}: best layout per GPU count", "gpus", fmt)
+    if not (df["status"] == "ok").any():
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 

@@ -26,14 +26,16 @@ def why_first(table) -> str:
     b = table.iloc[1]
     gain = b["step_time_s"] / a["step_time_s"] - 1
     deltas = sorted(((b[f"{k}_s"] - a[f"{k}_s"], k) for k in TIME_PARTS), reverse=True)
-    wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.01 * a["step_time_s"]][:2]
+    gained = sum(d for d, _ in deltas if d > 0)
+    wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.25 * gained][:2]
+    losses = [f"{_PART_LABELS[k]} {-d:.3g} s longer" for d, k in deltas[::-1] if d < -0.25 * gained][:1]
     knobs = [f"{label} {a[k]} vs {b[k]}" for k, label in _KNOB_LABELS if a[k] != b[k]]
     if gain < 1e-3:
         tie = ("uses less memory" if a["memory_gib"] < b["memory_gib"] else
                "has fewer pipeline stages" if a["pp"] < b["pp"] else "is marginally faster")
         return (f"#1 and #2 are within {100 * gain:.2f}% of each other; #1 {tie} "
                 f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
-    why = "; ".join(wins) if wins else "small gains spread over several parts"
+    why = "; ".join(wins + [f"despite {x}" for x in losses])
     return (f"#1 is {100 * gain:.1f}% faster than #2: {why} "
             f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
 

@@ -24,6 +24,7 @@ _CONTRACT_KEYS = ("tp", "pp", "dp", "micro_batch", "num_microbatches", "global_b
                   "recompute", "zero_stage", "fits", "memory_gib")
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
+BUDGET_KEYS = ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh")
 
 
 def _plain(value):
@@ -42,8 +43,9 @@ def config_record(row) -> dict:
     rec.update({k: _plain(row[k]) for k in _AFTER_KEYS})
     rec["time_breakdown_s"] = {k: _plain(row[f"{k}_s"]) for k in TIME_PARTS}
     rec.update({k: _plain(row[k]) for k in _TAIL_KEYS})
-    if "overflow_gib" in row:
-        rec["overflow_gib"] = _plain(row["overflow_gib"])
+    for key in ("overflow_gib",) + BUDGET_KEYS:
+        if key in row:
+            rec[key] = _plain(row[key])
     return rec
 
 
@@ -84,16 +86,18 @@ def _fmt_rate(x: float) -> str:
 
 def layouts_table(df, title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
+    budget = "time_to_train_days" in df
     for name in ("#", "TP", "PP", "DP", "mb", "m", "VPP", "SP", "recompute", "ZeRO", "memory GiB", "dominant",
-                 "step s", "tokens/s", "TFLOP/s/GPU", "MFU"):
+                 "step s", "tokens/s", "TFLOP/s/GPU", "MFU") + (("days", "cost") if budget else ()):
         t.add_column(name, justify="left" if name in ("recompute", "dominant") else "right")
     for i, (_, r) in enumerate(df.iterrows(), 1):
         dominant = max(MEMORY_PARTS, key=lambda k: r[f"{k}_gib"])
         mem = f"{r['memory_gib']:.1f} {'fits' if r['fits'] else 'OOM'}"
+        extra = (f"{r['time_to_train_days']:.1f}", _money(r["cost_usd"])) if budget else ()
         t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
                   r["recompute"], str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
-                  _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}")
+                  _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}", *extra)
     return t
 
 
@@ -220,3 +224,41 @@ def print_validation(preds, stats, out: Console) -> None:
         s.add_row(fmt(group), fmt(st["runs"]), fmt(f"{st['mean']:.1%}"), fmt(f"{st['median']:.1%}"),
                   fmt(f"{st['max']:.1%}"))
     out.print(s)
+
+
+# --- sweeps and hardware comparisons ------------------------------------------------------------------------------
+
+def _money(x) -> str:
+    if x != x:  # NaN: no price
+        return "n/a"
+    return f"${x / 1e6:.2f}M" if x >= 1e6 else f"${x / 1e3:.0f}k"
+
+
+def summary_table(df, title: str, first: str) -> Table:
+    """One row per GPU count (sweep) or per hardware (comparison), with budget columns when present."""
+    t = Table(title=title, title_justify="left", header_style="bold")
+    budget = "time_to_train_days" in df
+    cols = [first, "layout", "memory GiB", "step s", "tokens/s", "MFU", "scaling"] if first == "GPUs" else \
+        [first, "layout", "memory GiB", "step s", "tokens/s", "MFU"]
+    if budget:
+        cols += ["days", "GPU-hours", "cost", "MWh"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("layout", "hardware") else "right")
+    for _, r in df.iterrows():
+        key = f"{r['gpus']:,}" if first == "GPUs" else r["hardware"]
+        if r.get("status") != "ok":
+            t.add_row(key, r.get("status", "-"), *["-"] * (len(cols) - 2))
+            continue
+        cells = [key, layout_label(r), f"{r['memory_gib']:.1f}", f"{r['step_time_s']:.2f}",
+                 _fmt_rate(r["tokens_per_s"]), f"{r['mfu']:.1%}"]
+        if first == "GPUs":
+            cells.append(f"{r['scaling_efficiency']:.0%}")
+        if budget:
+            cells += [f"{r['time_to_train_days']:.1f}", f"{r['gpu_hours']:,.0f}", _money(r["cost_usd"]),
+                      f"{r['energy_mwh']:,.0f}"]
+        t.add_row(*cells)
+    return t
+
+
+def frame_records(df) -> list[dict]:
+    return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]

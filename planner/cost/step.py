@@ -187,15 +187,20 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
     k, nodes = comm.group_span(d, dp_stride, hw.gpus_per_node)
     u = np.where(nodes > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
-    gather = _exposed(ag, hide_params, u)
-    plain = _exposed(ar, hide_grads, u)                           # DDP: all-reduce after the last backward
-    zero1 = _exposed(rs, hide_grads, u) + gather                  # distributed optimizer: RS grads, AG params
+    # Overlap never hides the edges: the last gradient bucket (the first layers, reduced after the backward ends)
+    # and the first parameter bucket (needed before the forward starts) stay exposed.
+    gather = np.maximum(_exposed(ag, hide_params, u), ag / buckets)
+    plain = np.maximum(_exposed(ar, hide_grads, u), ar / buckets)    # DDP: all-reduce after the last backward
+    reduce = np.maximum(_exposed(rs, hide_grads, u), rs / buckets)
+    zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2); ZeRO-3 also gathers parameters for every forward and backward (ZeRO §7; FSDP), each
-    # prefetched behind that micro-batch's compute.
-    zero2 = num_mb * _exposed(rs, hide_grads, u) + gather
+    # prefetched behind that micro-batch's compute except the first gather and the last reduce-scatter.
+    zero2 = num_mb * reduce + gather
     zero3_comm = 2 * ag3 + rs3
-    zero3 = num_mb * np.where(rt.overlap_param_gather, _exposed(zero3_comm, stage_mb, u), zero3_comm)
+    zero3_edge = (ag3 + rs3) / units
+    zero3 = num_mb * np.where(rt.overlap_param_gather,
+                              np.maximum(_exposed(zero3_comm, stage_mb, u), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
     dp_comm = np.where(d > 1, by_stage, 0.0)
     return pp_comm, dp_comm

@@ -1,0 +1,27 @@
+"""Time, money and energy to train a token budget from a layout's throughput (all pure, vectorised)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_PUE = 1.2   # data-centre power usage effectiveness (typical of modern GPU halls; overridable)
+
+
+def time_to_train_s(tokens, tokens_per_s):
+    """Wall time: tokens / (tokens per second)."""
+    return np.asarray(tokens, dtype=float) / np.asarray(tokens_per_s, dtype=float)
+
+
+def gpu_hours(gpus, seconds):
+    return np.asarray(gpus) * np.asarray(seconds) / 3600.0
+
+
+def cost_usd(gpu_hours_, price_usd_per_gpu_hour):
+    """GPU-hours × price per GPU-hour (NaN when no price is known)."""
+    price = np.nan if price_usd_per_gpu_hour is None else price_usd_per_gpu_hour
+    return np.asarray(gpu_hours_) * price
+
+
+def energy_mwh(gpus, seconds, tdp_w, pue=DEFAULT_PUE):
+    """GPUs at TDP for the whole run, times the facility PUE: an upper-bound estimate of the energy (MWh)."""
+    return np.asarray(gpus) * tdp_w * np.asarray(seconds) * pue / 3.6e9

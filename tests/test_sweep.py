@@ -1,0 +1,96 @@
+"""plan sweep, hardware comparison and the time/money/energy budget."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app, parse_count
+from planner.cost import budget
+from planner.errors import PlannerError
+from planner.search import run_search
+from planner.sweep import compare_hardware, parse_gpu_counts, sweep
+
+runner = CliRunner()
+
+
+def test_budget_formulas_by_hand():
+    # 15e12 tokens at 1e6 tokens/s = 15e6 s = 173.6 days; 1024 GPUs -> 4,266,667 GPU-hours; at $2/GPU-h $8.53M;
+    # 700 W x 1024 x 15e6 s x PUE 1.2 = 12.9e12 J = 3,584 MWh.
+    s = budget.time_to_train_s(15e12, 1e6)
+    assert s == pytest.approx(15e6)
+    h = budget.gpu_hours(1024, s)
+    assert h == pytest.approx(1024 * 15e6 / 3600)
+    assert budget.cost_usd(h, 2.0) == pytest.approx(2 * 1024 * 15e6 / 3600)
+    assert np.isnan(budget.cost_usd(h, None))
+    assert budget.energy_mwh(1024, s, 700, 1.2) == pytest.approx(700 * 1024 * 15e6 * 1.2 / 3.6e9)
+
+
+@pytest.mark.parametrize("text, counts", [("256,512,1024", [256, 512, 1024]), ("256..2048", [256, 512, 1024, 2048]),
+                                          ("64..256:64", [64, 128, 192, 256]), ("512, 256", [256, 512])])
+def test_parse_gpu_counts(text, counts):
+    assert parse_gpu_counts(text) == counts
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-8", "abc", "512..256", "1..100000000:1"])
+def test_parse_gpu_counts_rejects(bad):
+    with pytest.raises(PlannerError):
+        parse_gpu_counts(bad)
+
+
+def test_parse_token_counts():
+    assert parse_count("15T", "--tokens") == 15 * 10**12
+    assert parse_count("1.5B", "--tokens") == 1_500_000_000
+    assert parse_count("16M", "--global-batch-tokens", binary=True) == 16 * 2**20
+    with pytest.raises(PlannerError):
+        parse_count("lots", "--tokens")
+
+
+def test_sweep_rows_are_each_counts_best_layout():
+    df = sweep("8b", "8..64", tokens=1e12)
+    assert list(df.gpus) == [8, 16, 32, 64]
+    for _, row in df.iterrows():
+        best = run_search("8b", int(row.gpus), find_min_gpus=False).table.iloc[0]
+        assert row.tokens_per_s == pytest.approx(best.tokens_per_s)
+        assert row.tp * row.pp * row.dp == row.gpus
+    assert df.scaling_efficiency.iloc[0] == 1.0
+    # days = tokens / tokens/s / 86400; cost from the profile's price
+    assert df.time_to_train_days.to_numpy() == pytest.approx(1e12 / df.tokens_per_s.to_numpy() / 86400)
+    assert (df.cost_usd > 0).all()
+
+
+def test_sweep_marks_counts_where_nothing_fits():
+    df = sweep("405b", "8,512")
+    assert list(df.status) == ["nothing fits in memory", "ok"]
+
+
+def test_compare_hardware_sorts_and_prices():
+    df = compare_hardware("8b", 64, ["a100-80gb", "h100-sxm", "b200"], tokens=1e12, sort="cost")
+    assert set(df.hardware) == {"a100-80gb", "h100-sxm", "b200"}
+    assert df.cost_usd.is_monotonic_increasing
+    df = compare_hardware("8b", 64, ["a100-80gb", "h100-sxm", "b200"])
+    assert df.tokens_per_s.is_monotonic_decreasing
+    with pytest.raises(PlannerError, match="--tokens"):
+        compare_hardware("8b", 64, ["h100-sxm"], sort="cost")
+
+
+def test_sweep_cli_json_and_table():
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,16", "--tokens", "1T", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["rows"]
+    assert [r["gpus"] for r in rows] == [8, 16] and all("cost_usd" in r for r in rows)
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8..32", "--tokens", "1T"])
+    assert res.exit_code == 0 and "scaling" in res.output and "days" in res.output
+
+
+def test_plan_with_tokens_and_hardware_comparison_cli():
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tokens", "1T", "--format", "json", "--top", "2"])
+    assert res.exit_code == 0
+    c = json.loads(res.stdout)["configs"][0]
+    assert c["time_to_train_days"] == pytest.approx(1e12 / c["tokens_per_s"] / 86400)
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,mi300x", "--tokens", "1T"])
+    assert res.exit_code == 0 and "mi300x" in res.output and "n/a" in res.output   # MI300X has no price
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,b200", "--tokens", "1T",
+                              "--price-per-gpu-hour", "2.5", "--sort", "cost", "--format", "csv"])
+    assert res.exit_code == 0 and res.stdout.startswith("hardware,")
