@@ -27,6 +27,11 @@ def group_span(size, stride, gpus_per_node):
     return k, np.ceil(size / k)
 
 
+def span(size, stride, hw: HardwareSpec, hierarchical=True):
+    """(k, M) as the collectives see them; pass it as `span=` to reuse it across collectives of one group."""
+    return _span(size, stride, hw, hierarchical)
+
+
 def _span(size, stride, hw: HardwareSpec, hierarchical):
     k, nodes = group_span(size, stride, hw.gpus_per_node)
     if hierarchical:
@@ -49,14 +54,14 @@ def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
             + net_steps * hw.inter_step_latency_s)
 
 
-def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchical, rounds):
+def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchical, rounds, span=None):
     """rounds = 1: reduce-scatter or all-gather; 2: all-reduce (RS + AG, tree latency across nodes).
 
     Each call moves S/count bytes. Below the fabric's half-bandwidth size H the achieved bus bandwidth falls as
     W·x/(x + H) for a per-GPU chunk of x bytes (NCCL reaches its plateau only for large messages: a 58 MB
     all-reduce on 8 H100s gets ~150 of ~370 GB/s, scaling book "GPUs"; formulas.md §4.2).
     """
-    k, nodes = _span(size, stride, hw, hierarchical)
+    k, nodes = span if span is not None else _span(size, stride, hw, hierarchical)
     w_node, w_net = _bandwidths(hw)
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
@@ -66,21 +71,21 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     return np.where(np.asarray(size) > 1, t, 0.0)
 
 
-def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
+def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):
     """Reduce-scatter (or all-gather: same cost) of S bytes in total over `size` ranks, issued as `count` calls.
 
     Hierarchical: (k−1)/k·S/W_node inside the node, then (M−1)/M·(S/k)/W_net across M nodes (formulas.md §4.1, §4.3).
     A topology-unaware ring (hierarchical=False) crosses the network at every step: k = 1 once the group leaves a node.
     """
-    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 1)
+    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 1, span)
 
 
 all_gather_time_s = reduce_scatter_time_s
 
 
-def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True):
+def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):
     """All-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
-    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2)
+    return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2, span)
 
 
 def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):

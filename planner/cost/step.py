@@ -64,8 +64,9 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
     # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives.
     act_bytes = e * s * b * m.hidden
-    ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2)
-    ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2)
+    tp_group = comm.span(t, 1, hw)
+    ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
+    ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     sp = np.asarray(sp, dtype=bool)
     tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
     tp_b = np.where(sp, 3 * ag_pair, ar_pair)
@@ -174,19 +175,18 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     grad_bytes = params_stage * precision.grad_bytes
     param_bytes = params_stage * precision.param_bytes
     # Gradients travel in buckets; ZeRO-3 gathers one layer (FSDP block) or one weight matrix (DeepSpeed) per call.
-    buckets = np.ceil(grad_bytes / rt.dp_bucket_bytes)
-    hier = rt.hierarchical_collectives
-    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
-    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
-    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw, count=buckets, hierarchical=hier)
-    units = layers * (4 if rt.zero3_gather_unit == "matrix" else 1)    # QKV, out, MLP in, MLP out
-    ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, hierarchical=hier)
-    rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, hierarchical=hier)
+    buckets = np.maximum(np.ceil(grad_bytes / rt.dp_bucket_bytes), 1)
+    group = comm.span(d, dp_stride, hw, rt.hierarchical_collectives)
+    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=buckets, span=group)
+    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=buckets, span=group)
+    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw, count=buckets, span=group)
+    units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
+    ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, span=group)
+    rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, span=group)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd, 0.0)
     # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
-    k, nodes = comm.group_span(d, dp_stride, hw.gpus_per_node)
-    u = np.where(nodes > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     # Overlap never hides the edges: the last gradient bucket (the first layers, reduced after the backward ends)
     # and the first parameter bucket (needed before the forward starts) stay exposed.
     gather = np.maximum(_exposed(ag, hide_params, u), ag / buckets)
