@@ -106,6 +106,8 @@ def plan(
     pue: float = typer.Option(1.2, "--pue", help="Facility power usage effectiveness for the energy estimate."),
     sort: str = typer.Option("throughput", "--sort", help="Comparison order: throughput, time or cost."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically; "
+                                         "a .json or .csv name picks the format)."),
 ):
     """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned).
 
@@ -125,10 +127,12 @@ def plan(
     if recompute is not None:
         recompute_code(recompute)
     budget = _budget_options(tokens, price, pue)
+    fmt = _output_format(fmt, output)
     zero_stage = zero_code(zero) if zero is not None else None
-    tokens = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
+    batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
+                    if global_batch_tokens else None)
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap)
-    common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=tokens,
+    common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
@@ -140,7 +144,8 @@ def plan(
         names = [h for h in hardware.split(",") if h.strip()]
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
-        _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt)
+        _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,
+                     output)
         raise typer.Exit(EXIT_OK if (df["status"] == "ok").any() else EXIT_NOTHING_FITS)
 
     if tp is not None and pp is not None and dp is not None:
@@ -148,16 +153,15 @@ def plan(
         if fmt is Format.table:
             report.print_breakdown(ev, out)
         elif fmt is Format.json:
-            import json
-            out.print_json(json.dumps(report.config_record(ev.row)))
+            _emit(json_dumps(report.config_record(ev.row)) + "\n", output)
         else:
             import pandas as pd
-            print(pd.DataFrame([ev.row]).to_csv(index=False), end="")
+            _emit(pd.DataFrame([ev.row]).to_csv(index=False), output)
         raise typer.Exit(EXIT_OK if ev.fits else EXIT_NOTHING_FITS)
 
     result = run_search(model, gpus, pins=Pins(**pins), **common)
     if len(result.table) == 0 and len(result.closest) == 0:
-        raise invalid_layout_error(result)
+        raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
     if budget["tokens"] is not None:
         from planner.sweep import add_budget_columns
 
@@ -168,9 +172,9 @@ def plan(
     if fmt is Format.table:
         report.print_search(result, top, out, _err())
     elif fmt is Format.json:
-        print(report.to_json(result, top))
+        _emit(report.to_json(result, top) + "\n", output)
     else:
-        print(report.to_csv(result, top), end="")
+        _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
         if fmt is not Format.table:
             print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
@@ -187,13 +191,34 @@ def _budget_options(tokens, price, pue) -> dict:
             "price_usd_per_gpu_hour": price, "pue": pue}
 
 
-def _print_frame(df, title: str, first: str, fmt: "Format") -> None:
+def _output_format(fmt: "Format", output) -> "Format":
+    """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
+    if output is None or fmt is not Format.table:
+        return fmt
+    suffix = str(output).lower().rsplit(".", 1)[-1]
+    if suffix in ("json", "csv"):
+        return Format(suffix)
+    raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
+
+
+def _emit(text: str, output) -> None:
+    """Data to stdout, or atomically to --output."""
+    if output is None:
+        print(text, end="")
+        return
+    from planner.report import write_atomic
+
+    write_atomic(output, text)
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None:
     from planner import report
 
     if fmt is Format.json:
-        print(json_dumps({"title": title, "rows": report.frame_records(df)}))
+        _emit(json_dumps({"title": title, "rows": report.frame_records(df)}) + "\n", output)
     elif fmt is Format.csv:
-        print(df.to_csv(index=False), end="")
+        _emit(df.to_csv(index=False), output)
     else:
         _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
 
@@ -219,15 +244,17 @@ def sweep_cmd(
     pue: float = typer.Option(1.2, "--pue", help="Power usage effectiveness for the energy estimate."),
     headroom_gib: float = typer.Option(3.0, "--headroom-gib"),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
 ):
     """Best layout per GPU count: step time, tokens/s, MFU, scaling efficiency, and days and cost for --tokens."""
     from planner.sweep import sweep
 
     budget = _budget_options(tokens, price, pue)
+    fmt = _output_format(fmt, output)
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)
-    _print_frame(df, f"{model} on {df.attrs['hardware']}: best layout per GPU count", "gpus", fmt)
+    _print_frame(df, f"{model} on {df.attrs['hardware']}: best layout per GPU count", "gpus", fmt, output)
     if not (df["status"] == "ok").any():
         raise typer.Exit(EXIT_NOTHING_FITS)
 
@@ -277,6 +304,7 @@ def hardware_cmd():
 def validate_cmd(
     runs_file: Optional[str] = typer.Argument(None, help="YAML of measured runs (default: the bundled published runs)."),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
     import json
@@ -284,12 +312,13 @@ def validate_cmd(
     from planner import report
     from planner.validate import load_runs, predict_all, summarize
 
+    fmt = _output_format(fmt, output)
+    if fmt is Format.csv:
+        raise PlannerError("--format", "validate supports table or json")
     preds = predict_all(load_runs(runs_file))
     stats = summarize(preds)
     if fmt is Format.json:
-        print(json.dumps(report.validation_document(preds, stats), indent=2))
-    elif fmt is Format.csv:
-        raise PlannerError("--format", "validate supports table or json")
+        _emit(json.dumps(report.validation_document(preds, stats), indent=2) + "\n", output)
     else:
         report.print_validation(preds, stats, _out())
 

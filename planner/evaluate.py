@@ -77,16 +77,26 @@ def evaluate(model="405b", gpus=512, tp=None, pp=None, dp=None, micro_batch=None
     elif len(result.closest):
         row = result.closest.iloc[0]
     else:
-        raise invalid_layout_error(result)
+        raise invalid_layout_error(result, tuple(k for k, v in pins.__dict__.items() if v is not None))
     return Evaluation(row=row.to_dict(), result=result)
 
 
-def invalid_layout_error(result: SearchResult) -> PlannerError:
-    """No candidate passed the validity rules: name the rule that rejected the most, and its flag."""
+def invalid_layout_error(result: SearchResult, pinned: tuple[str, ...] = ()) -> PlannerError:
+    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them.
+
+    When flags were pinned, a rule about a pinned flag is named first (it is what the user can change)."""
     reasons = {k: v for k, v in result.rejected.items() if k != constraints.FIT_REASON}
+    n = result.job.gpus
     if not reasons:
-        return PlannerError("layout", f"no layout to evaluate for {result.job.gpus} GPUs")
-    reason = max(reasons, key=reasons.get)
-    flag = next((f for prefix, f in _RULE_FLAGS if reason.startswith(prefix)), "layout")
-    others = "" if len(reasons) == 1 else f" (and {len(reasons) - 1} other reason(s))"
-    return PlannerError(flag, f"no valid layout: {reason}{others}")
+        return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
+    flag_of = {r: next((f for prefix, f in _RULE_FLAGS if r.startswith(prefix)), "layout") for r in reasons}
+    pinned_flags = {"--" + p.replace("_", "-") for p in pinned}
+    ranked = sorted(reasons, key=lambda r: (flag_of[r] not in pinned_flags, -reasons[r]))
+    reason = ranked[0]
+    detail = "; ".join(f"{r} ({reasons[r]:,})" for r in ranked[:3])
+    hint, flag = "", flag_of[reason]
+    if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
+        flag = "--gpus"
+        hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
+                f"(e.g. {1 << (n.bit_length() - 1)})")
+    return PlannerError(flag, f"no valid layout of {result.model.name} on {n} GPUs: {detail}{hint}")

@@ -262,3 +262,32 @@ def summary_table(df, title: str, first: str) -> Table:
 
 def frame_records(df) -> list[dict]:
     return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def write_atomic(path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from planner.errors import PlannerError
+
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise PlannerError("--output", f"{target} is a directory; expected a file path")
+    if not target.parent.is_dir():
+        raise PlannerError("--output", f"directory {target.parent} does not exist")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise PlannerError("--output", f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)

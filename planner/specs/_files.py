@@ -40,12 +40,14 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
         return schema.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
         elif err["type"] == "missing":
             msg = "required field is missing"
+        elif err["type"] == "value_error":           # a cross-field check: its message names the fields
+            msg = str(err["msg"]).removeprefix("Value error, ")
         else:
             msg = f"{err['msg']}, got {got!r}"
-        raise PlannerError(f"{where}: {loc}", msg) from None
+        raise PlannerError(f"{where}: {loc}" if loc else where, msg) from None
