@@ -43,3 +43,36 @@ def why_first(table) -> str:
 def rejection_summary(considered: int, rejected: dict[str, int], kept: int) -> str:
     parts = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
     return f"{considered:,} layouts considered, {kept:,} fit" + (f"; rejected: {parts}." if parts else ".")
+
+
+def bubble_line(row) -> str:
+    """The bubble formula with this layout's numbers (Narayanan et al. 2021 §2.2)."""
+    p, v, m = int(row["pp"]), int(row["vpp"]), int(row["num_microbatches"])
+    if p == 1:
+        return "no pipeline: no bubble."
+    ratio = (p - 1) / (v * m)
+    kind = "interleaved 1F1B" if v > 1 else "1F1B"
+    return (f"bubble ({kind}) = (p-1)/(v*m) = ({p}-1)/({v}*{m}) = {ratio:.1%} of the ideal time, "
+            f"{ratio / (1 + ratio):.1%} of the step ({row['bubble_s']:.3g} s).")
+
+
+def placement_lines(row, hw) -> list[str]:
+    """Which collectives stay on NVLink and which cross nodes, for this layout's rank order."""
+    from planner.cost.comm import group_span
+
+    t, p, d, g = int(row["tp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
+    dp_inner = row["placement"] == "tp-dp-pp"
+    lines = []
+    k, nodes = (int(x) for x in group_span(t, 1, g))
+    lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
+                 "inside one node, on NVLink." if nodes == 1 else f"spans {nodes} nodes: NVLink inside, NICs across."))
+    k, nodes = (int(x) for x in group_span(d, t if dp_inner else t * p, g))
+    lines.append(f"DP ({d}): " + ("no gradient reduction." if d == 1 else
+                 "inside one node, on NVLink." if nodes == 1 else
+                 f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
+                 f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
+    stride = t * d if dp_inner else t
+    lines.append(f"PP ({p}): " + ("no pipeline." if p == 1 else
+                 "neighbouring stages share a node: P2P on NVLink." if stride * p <= g else
+                 "stage boundaries cross nodes: P2P over the NICs."))
+    return lines

@@ -11,8 +11,9 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import layout_label, rejection_summary, why_first
+from planner.explain import bubble_line, layout_label, placement_lines, rejection_summary, why_first
 from planner.search import SearchResult
+from planner.whatif import suggestions
 
 CONVENTIONS = {
     "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention not halved for causality) / (step * GPUs * "
@@ -132,25 +133,46 @@ def print_breakdown(ev, out: Console) -> None:
     out.print(f"[bold]{m.name} on {res.job.gpus} x {hw.name}: {layout_label(r)}[/bold]")
     out.print(f"Memory per GPU (most loaded stage: {r['peak_stage']}): {r['memory_gib']:.1f} GiB of "
               f"{ev.capacity_gib:.1f} GiB usable -> {verdict}; dominated by {ev.dominant_memory}.")
-    mt = Table(header_style="bold")
-    mt.add_column("memory part")
-    mt.add_column("GiB", justify="right")
-    mt.add_column("share", justify="right")
+    hbm = hw.hbm_bytes / 2**30
+    mt = Table(header_style="bold", title=f"Memory per GPU against {hbm:.1f} GiB of HBM", title_justify="left")
+    for col in ("part", "GiB", "share", f"of HBM ({_BAR} = {hbm / _BAR_WIDTH:.1f} GiB)"):
+        mt.add_column(col, justify="right" if col in ("GiB", "share") else "left")
     for k, v in ev.memory_gib.items():
-        mt.add_row(k, f"{v:.2f}", f"{v / r['memory_gib']:.0%}")
-    mt.add_row("[bold]total[/bold]", f"[bold]{r['memory_gib']:.2f}[/bold]", "")
+        mt.add_row(k, f"{v:.2f}", f"{v / r['memory_gib']:.0%}", _bar(v, hbm))
+    mt.add_row("[bold]total[/bold]", f"[bold]{r['memory_gib']:.2f}[/bold]", "",
+               _bar(r["memory_gib"], hbm) + f"  limit {ev.capacity_gib:.1f} GiB after headroom")
     out.print(mt)
-    tt = Table(header_style="bold")
-    tt.add_column("time part")
-    tt.add_column("s", justify="right")
-    tt.add_column("share", justify="right")
+    tt = Table(header_style="bold", title="Step time by part", title_justify="left")
+    for col in ("part", "s", "share", ""):
+        tt.add_column(col, justify="right" if col in ("s", "share") else "left")
     for k, v in ev.time_s.items():
-        tt.add_row(k, f"{v:.3f}", f"{v / r['step_time_s']:.1%}")
-    tt.add_row("[bold]step[/bold]", f"[bold]{r['step_time_s']:.3f}[/bold]", "")
+        tt.add_row(k, f"{v:.3f}", f"{v / r['step_time_s']:.1%}", _bar(v, r["step_time_s"]))
+    tt.add_row("[bold]step[/bold]", f"[bold]{r['step_time_s']:.3f}[/bold]", "", "")
     out.print(tt)
     out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
               f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
-              f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}; rank order {r['placement']}.")
+              f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
+    out.print(bubble_line(r))
+    out.print(f"Rank order {r['placement']} (TP innermost):")
+    for line in placement_lines(r, hw):
+        out.print(f"  {line}")
+    tips = suggestions(ev)
+    if tips:
+        out.print("What to change (one knob at a time):" if ev.fits else "To make it fit (one knob at a time):")
+        for line in tips:
+            out.print(f"  {line}")
+    elif ev.fits:
+        out.print("No single-knob change (recompute, SP, ZeRO, VPP, micro-batch) is faster and still fits.")
+    else:
+        out.print("No single-knob change makes it fit: add GPUs or pipeline stages (try the search without pins).")
+
+
+_BAR, _BAR_WIDTH = "█", 40
+
+
+def _bar(value: float, whole: float) -> str:
+    n = 0 if whole <= 0 else int(round(_BAR_WIDTH * min(max(value / whole, 0.0), 1.0)))
+    return _BAR * n
 
 
 # --- validation ---------------------------------------------------------------------------------------------------

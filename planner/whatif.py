@@ -1,0 +1,72 @@
+"""What to change: one-knob variants of a layout, evaluated together, and what each would buy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner import constraints
+from planner.cost.pipeline import stage_layers
+from planner.cost.step import KNOBS, step_columns
+from planner.specs.strategy import RECOMPUTE
+
+GIB = 2**30
+
+
+def _variants(row, m) -> list[tuple[str, dict]]:
+    base = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]), "micro_batch": int(row["micro_batch"]),
+            "vpp": int(row["vpp"]), "sp": int(bool(row["sequence_parallel"])),
+            "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"])}
+    out = []
+    for rc in range(base["recompute"] + 1, 3):
+        out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc}))
+    for rc in range(base["recompute"]):
+        out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc}))
+    if base["tp"] > 1:
+        out.append(("sequence parallelism " + ("off" if base["sp"] else "on"), {**base, "sp": 1 - base["sp"]}))
+    if base["dp"] > 1:
+        for z in range(4):
+            if z != base["zero"]:
+                out.append((f"ZeRO-{z}", {**base, "zero": z}))
+    edge, mid = (int(x) for x in stage_layers(m.layers, base["pp"]))
+    if base["pp"] > 1 and edge == mid:
+        for v in (2, 3, 4, 6, 8):
+            if v != base["vpp"] and mid % v == 0:
+                out.append((f"VPP {v} interleaving", {**base, "vpp": v}))
+    for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
+        if mb >= 1:
+            out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))
+    return out
+
+
+def suggestions(ev, limit: int = 4) -> list[str]:
+    """Plain lines: what makes this layout fit (if it does not) or run faster (if it does), best first."""
+    res, row = ev.result, ev.row
+    variants = _variants(row, res.model)
+    if not variants:
+        return []
+    cols = {k: np.array([v[k] for _, v in variants]) for k in KNOBS}
+    rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True)
+    _, valid = constraints.first_failure(rules, len(variants))
+    out = step_columns(res.model, res.hardware, res.job, cols, runtime=res.runtime)
+    cap = res.hardware.hbm_bytes - res.headroom_bytes
+    base_mem, base_step = row["memory_gib"] * GIB, row["step_time_s"]
+    lines = []
+    for i, (label, _) in enumerate(variants):
+        if not valid[i]:
+            continue
+        mem, step = out["memory_bytes"][i], out["step_time_s"][i]
+        fits = mem <= cap
+        dmem, dstep = (mem - base_mem) / GIB, step / base_step - 1
+        if not ev.fits and fits:
+            lines.append((0, dstep, f"{label}: {-dmem:.1f} GiB less, so it fits ({mem / GIB:.1f} GiB); "
+                                    f"step {dstep:+.1%}."))
+        elif ev.fits and fits and dstep < -0.005:
+            why = ""
+            if out["bubble_s"][i] < row["bubble_s"] * 0.9 and row["bubble_s"] > 0:
+                old = row["bubble_s"] / base_step
+                why = f" (bubble {old:.0%} -> {out['bubble_s'][i] / step:.0%} of the step)"
+            lines.append((1, dstep, f"{label}: step {dstep:+.1%}{why}; memory {dmem:+.1f} GiB "
+                                    f"({mem / GIB:.1f} GiB)."))
+        elif ev.fits and dmem < -1.0 and dstep < 0.02:
+            lines.append((2, dstep, f"{label}: saves {-dmem:.1f} GiB at {dstep:+.1%} step time."))
+    return [text for _, _, text in sorted(lines)[:limit]]
