@@ -108,6 +108,8 @@ def plan(
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically; "
                                          "a .json or .csv name picks the format)."),
+    export: Optional[str] = typer.Option(None, "--export", help="Print the best (or pinned) layout as launch "
+                                         "settings: megatron, torchtitan or deepspeed."),
 ):
     """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned).
 
@@ -127,7 +129,9 @@ def plan(
     if recompute is not None:
         recompute_code(recompute)
     budget = _budget_options(tokens, price, pue)
-    fmt = _output_format(fmt, output)
+    if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
+        raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")
+    fmt = _output_format(fmt, output) if export is None else fmt
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
@@ -147,6 +151,10 @@ def plan(
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,
                      output)
         raise typer.Exit(EXIT_OK if (df["status"] == "ok").any() else EXIT_NOTHING_FITS)
+
+    if export is not None:
+        _export_layout(export, model, gpus, pins, common, output)
+        raise typer.Exit(EXIT_OK)
 
     if tp is not None and pp is not None and dp is not None:
         ev = evaluate(model, gpus, **pins, **common)
@@ -180,6 +188,30 @@ def plan(
             print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
                   file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:
+    """The best fitting layout the framework can run (within the pins), written as its launch settings."""
+    from planner.evaluate import invalid_layout_error
+    from planner.export import export, unsupported
+    from planner.search import Pins, run_search
+
+    result = run_search(model, gpus, pins=Pins(**pins), find_min_gpus=False, **common)
+    if len(result.table) == 0 and len(result.closest) == 0:
+        raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
+    rows = [r for _, r in result.table.iterrows() if unsupported(framework, r) is None]
+    if not rows:
+        why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
+        raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
+    best = rows[0]
+    text, notes = export(framework, best, result.model, result.job)
+    if best["tokens_per_s"] < result.table.iloc[0]["tokens_per_s"]:
+        notes.insert(0, f"best layout {framework} can run; the overall best "
+                        f"({result.table.iloc[0]['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not "
+                        f"supported: {unsupported(framework, result.table.iloc[0])}")
+    _emit(text, output)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _budget_options(tokens, price, pue) -> dict:

@@ -1,0 +1,144 @@
+"""Launch settings: a layout written as the flags or config fragment of the framework that will run it.
+
+Names follow the frameworks' current sources: Megatron-LM `megatron/training/arguments.py` (including
+`--num-virtual-stages-per-pipeline-rank`, which replaced `--num-layers-per-virtual-pipeline-stage`, and Megatron-FSDP's
+`--data-parallel-sharding-strategy optim|optim_grads|optim_grads_params`), torchtitan `torchtitan/config/job_config.py`
+([parallelism], [activation_checkpoint], [training]) and DeepSpeed's JSON config (zero_optimization.stage,
+train_micro_batch_size_per_gpu, gradient_accumulation_steps). What a framework cannot express is said in a comment
+(or, for JSON, in `notes` returned beside it).
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.cost.pipeline import stage_layers
+from planner.specs.model import ModelSpec
+from planner.specs.strategy import Job
+
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+def unsupported(framework: str, row) -> str | None:
+    """Why `framework` cannot run this layout as planned, or None."""
+    pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
+    if framework == "deepspeed":
+        if pp > 1 and zero >= 2:
+            return "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only"
+        if vpp > 1:
+            return "DeepSpeed's pipeline engine has no interleaved schedule"
+    if framework == "torchtitan":
+        if zero == 1:
+            return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
+        if tp > 1 and not row["sequence_parallel"]:
+            return "torchtitan's tensor parallelism always shards the sequence"
+    return None
+
+
+def megatron_args(row, m: ModelSpec, job: Job) -> str:
+    """Megatron-LM command-line arguments for the layout."""
+    tp, pp, dp, v = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(row["vpp"])
+    args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
+    edge, mid = (int(x) for x in stage_layers(m.layers, pp))
+    if pp > 1 and edge != mid:
+        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    if v > 1:
+        args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
+    if row["sequence_parallel"]:
+        args.append("--sequence-parallel")
+    if row["recompute"] == "selective":
+        args.append("--recompute-granularity selective")
+    elif row["recompute"] == "full":
+        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    zero = int(row["zero_stage"])
+    if zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif zero >= 2:
+        strategy = "optim_grads" if zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--use-distributed-optimizer"]
+    if dp > 1:
+        args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
+    args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
+             f"--seq-length {job.seq_len}", "--bf16"]
+    header = f"# Megatron-LM: TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs (DP is implied by the world size)"
+    return header + "\n" + " \\\n".join(args) + "\n"
+
+
+def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
+    """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training])."""
+    tp, pp, dp, v, zero = (int(row[k]) for k in ("tp", "pp", "dp", "vpp", "zero_stage"))
+    notes = []
+    if zero == 0:
+        replicate, shard, reshard = dp, 1, None
+    else:
+        replicate, shard = 1, dp
+        reshard = "never" if zero in (1, 2) else None   # keep gathered params after forward: ZeRO-2-like
+        if zero == 1:
+            notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
+    if tp > 1 and not row["sequence_parallel"]:
+        notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
+    lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
+             f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
+             f"pipeline_parallel_degree = {pp}"]
+    if reshard:
+        lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
+    if pp > 1:
+        lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
+                  f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}"]
+        if v > 1:
+            lines.append(f"pipeline_parallel_layers_per_stage = {m.layers // (pp * v)}")
+    mode = {"none": "none", "selective": "selective", "full": "full"}[row["recompute"]]
+    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
+    if mode == "selective":
+        lines.append('selective_ac_option = "op"')
+        notes.append("# torchtitan's op-level selective AC also recomputes every second matmul: costlier than "
+                     "Megatron's selective recompute that the plan assumed")
+    # With PP, local_batch_size is a DP rank's share of the step, split into pipeline micro-batches; without PP,
+    # it is one forward/backward, and global_batch_size / (local_batch_size x DP) steps are accumulated.
+    micro = int(row["micro_batch"])
+    local = job.global_batch // dp if pp > 1 else micro
+    lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {job.global_batch}",
+              f"seq_len = {job.seq_len}"]
+    if pp == 1 and job.global_batch > micro * dp:
+        notes.append(f"# gradient accumulation: {job.global_batch // (micro * dp)} micro-batches of {micro} per step")
+    return "\n".join(notes + lines) + "\n"
+
+
+def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
+    """A DeepSpeed JSON config and the notes for what lives outside it (TP, PP)."""
+    tp, pp, dp, zero = (int(row[k]) for k in ("tp", "pp", "dp", "zero_stage"))
+    micro = int(row["micro_batch"])
+    cfg = {
+        "train_batch_size": job.global_batch,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": job.global_batch // (micro * dp),
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": zero, "overlap_comm": True, "contiguous_gradients": True},
+        "gradient_clipping": 1.0,
+    }
+    if row["recompute"] != "none":
+        cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
+    notes = [f"data-parallel size {dp}: train_batch_size = micro-batch x gradient accumulation x DP"]
+    if tp > 1:
+        notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "
+                     f"--tensor-model-parallel-size {tp}), not from this JSON")
+    if pp > 1:
+        notes.append(f"pipeline parallelism: deepspeed.pipe.PipelineModule(num_stages={pp}); DeepSpeed's engine runs "
+                     "1F1B only" + (" (the plan's interleaving is not available)" if int(row["vpp"]) > 1 else ""))
+        if zero >= 2:
+            notes.append("DeepSpeed does not support ZeRO-2/3 with pipeline parallelism: use stage 1")
+    if row["recompute"] == "selective":
+        notes.append("selective recompute: use the model's own checkpointing of the attention core "
+                     "(DeepSpeed checkpoints whole layers)")
+    return cfg, notes
+
+
+def export(framework: str, row, m: ModelSpec, job: Job) -> tuple[str, list[str]]:
+    """(text, notes) for `framework` (one of FRAMEWORKS). Megatron and torchtitan carry their notes as comments in
+    the text; DeepSpeed's JSON cannot, so its notes come back separately."""
+    if framework == "megatron":
+        return megatron_args(row, m, job), []
+    if framework == "torchtitan":
+        return torchtitan_toml(row, m, job), []
+    cfg, notes = deepspeed_config(row, m, job)
+    return json.dumps(cfg, indent=2) + "\n", notes
