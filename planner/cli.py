@@ -110,6 +110,8 @@ def plan(
                                          "a .json or .csv name picks the format)."),
     export: Optional[str] = typer.Option(None, "--export", help="Print the best (or pinned) layout as launch "
                                          "settings: megatron, torchtitan or deepspeed."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw step-time parts and step time vs memory to a "
+                                       ".png or .svg file (needs the plot extra)."),
 ):
     """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned).
 
@@ -167,9 +169,17 @@ def plan(
             _emit(pd.DataFrame([ev.row]).to_csv(index=False), output)
         raise typer.Exit(EXIT_OK if ev.fits else EXIT_NOTHING_FITS)
 
+    if plot is not None:
+        from planner.plot import _check_path
+
+        _check_path(plot)                                  # fail on a bad name before the work
     result = run_search(model, gpus, pins=Pins(**pins), **common)
     if len(result.table) == 0 and len(result.closest) == 0:
         raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
+    if plot is not None:
+        from planner.plot import plot_search
+
+        print(f"wrote {plot_search(result, plot, top)}", file=sys.stderr)
     if budget["tokens"] is not None:
         from planner.sweep import add_budget_columns
 
@@ -277,6 +287,7 @@ def sweep_cmd(
     headroom_gib: float = typer.Option(3.0, "--headroom-gib"),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
 ):
     """Best layout per GPU count: step time, tokens/s, MFU, scaling efficiency, and days and cost for --tokens."""
     from planner.sweep import sweep
@@ -286,7 +297,12 @@ def sweep_cmd(
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)
-    _print_frame(df, f"{model} on {df.attrs['hardware']}: best layout per GPU count", "gpus", fmt, output)
+    title = f"{model} on {df.attrs['hardware']}: best layout per GPU count"
+    _print_frame(df, title, "gpus", fmt, output)
+    if plot is not None:
+        from planner.plot import plot_sweep
+
+        print(f"wrote {plot_sweep(df, plot, title)}", file=sys.stderr)
     if not (df["status"] == "ok").any():
         raise typer.Exit(EXIT_NOTHING_FITS)
 

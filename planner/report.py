@@ -286,7 +286,7 @@ def frame_records(df) -> list[dict]:
     return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
 
 
-def write_atomic(path, text: str) -> None:
+def write_atomic(path, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file."""
     import os
     import tempfile
@@ -302,10 +302,13 @@ def write_atomic(path, text: str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)                       # mkstemp creates 0600; give the file normal permissions
         os.replace(tmp, target)
         tmp = None
     except OSError as exc:

@@ -1,0 +1,108 @@
+"""Figures (optional extra: pip install "planner[plot]"). matplotlib is imported only here, only when asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.cost.step import TIME_PARTS
+from planner.errors import PlannerError
+from planner.explain import layout_label
+
+_COLORS = {"compute": "#4C72B0", "tp_comm": "#DD8452", "pp_comm": "#937860", "dp_comm": "#C44E52",
+           "bubble": "#8172B3", "optimizer": "#55A868"}
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlannerError("--plot", 'needs matplotlib, the optional extra: pip install "planner[plot]"') from None
+    matplotlib.use("Agg")           # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _check_path(path) -> Path:
+    p = Path(path).expanduser()
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise PlannerError("--plot", f"{path!r}: expected a file name ending in .png or .svg")
+    if not p.parent.is_dir():
+        raise PlannerError("--plot", f"directory {p.parent} does not exist")
+    return p
+
+
+def _save(fig, path: Path, plt) -> None:
+    import io
+
+    from planner.report import write_atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower().lstrip("."), bbox_inches="tight", dpi=120)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
+def plot_search(result, path, top: int = 10) -> Path:
+    """Left: step time by part for the top layouts (stacked bars). Right: step time against memory per GPU for
+    every valid layout, the memory limit, and the fitting frontier (no fitting layout is both faster and smaller)."""
+    p = _check_path(path)
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
+    head = result.table.head(top) if len(result.table) else result.closest.head(top)
+    bottom = [0.0] * len(head)
+    labels = [f"#{i + 1} {layout_label(r)}" for i, (_, r) in enumerate(head.iterrows())]
+    for part in TIME_PARTS:
+        values = head[f"{part}_s"].to_list()
+        ax1.barh(labels, values, left=bottom, color=_COLORS[part], label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax1.invert_yaxis()
+    ax1.set_xlabel("step time (s)")
+    ax1.set_title("Step time by part, best first")
+    ax1.legend(loc="lower right", fontsize=8)
+    ax1.tick_params(axis="y", labelsize=7)
+
+    cap = (result.hardware.hbm_bytes - result.headroom_bytes) / 2**30
+    if len(result.closest):
+        ax2.scatter(result.closest["memory_gib"], result.closest["step_time_s"], s=6, c="#bbbbbb",
+                    label="does not fit")
+    if len(result.table):
+        t = result.table
+        ax2.scatter(t["memory_gib"], t["step_time_s"], s=8, c="#4C72B0", label="fits")
+        front = t.sort_values("memory_gib")
+        front = front[front["step_time_s"] <= front["step_time_s"].cummin()]
+        ax2.step(front["memory_gib"], front["step_time_s"], where="post", c="#C44E52", lw=1.5,
+                 label="fitting frontier")
+        best = t.iloc[0]
+        ax2.scatter([best["memory_gib"]], [best["step_time_s"]], s=80, marker="*", c="#C44E52", zorder=5,
+                    label="#1")
+    ax2.axvline(cap, ls="--", c="k", lw=1, label=f"limit {cap:.0f} GiB")
+    ax2.set_xlim(0, 3 * cap)                               # layouts far past the limit are off to the right
+    fastest = min(x["step_time_s"].min() for x in (result.table, result.closest) if len(x))
+    ax2.set_ylim(0.9 * fastest, 4 * fastest)               # the interesting band: up to 4x slower than the best
+    ax2.set_xlabel("memory per GPU (GiB)")
+    ax2.set_ylabel("step time (s)")
+    ax2.set_yscale("log")
+    ax2.set_title(f"{result.model.name} on {result.job.gpus} x {result.hardware.name}")
+    ax2.legend(fontsize=8)
+    _save(fig, p, plt)
+    return p
+
+
+def plot_sweep(df, path, title: str) -> Path:
+    """Tokens/s and (with a token budget) cost against GPU count."""
+    p = _check_path(path)
+    plt = _pyplot()
+    ok = df[df["status"] == "ok"]
+    fig, ax1 = plt.subplots(figsize=(8, 5))
+    ax1.plot(ok["gpus"], ok["tokens_per_s"], "o-", c="#4C72B0", label="tokens/s")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("GPUs")
+    ax1.set_ylabel("tokens/s", color="#4C72B0")
+    if "cost_usd" in ok and ok["cost_usd"].notna().any():
+        ax2 = ax1.twinx()
+        ax2.plot(ok["gpus"], ok["cost_usd"] / 1e6, "s--", c="#C44E52", label="cost")
+        ax2.set_ylabel("cost to train (M USD)", color="#C44E52")
+    ax1.set_title(title)
+    _save(fig, p, plt)
+    return p
