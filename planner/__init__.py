@@ -2,12 +2,16 @@
 
 from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
+from planner.notebook import style
 from planner.search import Pins, SearchResult, run_search, search
 from planner.specs.hardware import HardwareSpec, list_hardware, load_hardware
 from planner.specs.model import ModelSpec, list_models, load_model
 from planner.specs.strategy import Job, Layout, Precision, Runtime
+from planner.sweep import compare_hardware, sweep
+from planner.validate import load_runs, predict
 
 __all__ = [
     "Evaluation", "HardwareSpec", "Job", "Layout", "ModelSpec", "Pins", "PlannerError", "Precision", "Runtime",
-    "SearchResult", "evaluate", "list_hardware", "list_models", "load_hardware", "load_model", "run_search", "search",
+    "SearchResult", "compare_hardware", "evaluate", "list_hardware", "list_models", "load_hardware", "load_model",
+    "load_runs", "predict", "run_search", "search", "style", "sweep",
 ]

@@ -56,6 +56,11 @@ class Evaluation:
         except KeyError:
             raise AttributeError(name) from None
 
+    def _repr_html_(self) -> str:
+        from planner.notebook import evaluation_html
+
+        return evaluation_html(self)
+
     def __repr__(self) -> str:
         r = self.row
         mem = ", ".join(f"{k} {v:.1f}" for k, v in self.memory_gib.items())
