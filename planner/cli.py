@@ -163,7 +163,7 @@ def plan(
         if fmt is Format.table:
             report.print_breakdown(ev, out)
         elif fmt is Format.json:
-            _emit(json_dumps(report.config_record(ev.row)) + "\n", output)
+            _emit(report.json_text(report.config_record(ev.row)), output)
         else:
             import pandas as pd
             _emit(pd.DataFrame([ev.row]).to_csv(index=False), output)
@@ -190,7 +190,7 @@ def plan(
     if fmt is Format.table:
         report.print_search(result, top, out, _err())
     elif fmt is Format.json:
-        _emit(report.to_json(result, top) + "\n", output)
+        _emit(report.to_json(result, top), output)
     else:
         _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
@@ -203,22 +203,13 @@ def plan(
 def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:
     """The best fitting layout the framework can run (within the pins), written as its launch settings."""
     from planner.evaluate import invalid_layout_error
-    from planner.export import export, unsupported
+    from planner.export import best_supported
     from planner.search import Pins, run_search
 
     result = run_search(model, gpus, pins=Pins(**pins), find_min_gpus=False, **common)
     if len(result.table) == 0 and len(result.closest) == 0:
         raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
-    rows = [r for _, r in result.table.iterrows() if unsupported(framework, r) is None]
-    if not rows:
-        why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
-        raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
-    best = rows[0]
-    text, notes = export(framework, best, result.model, result.job)
-    if best["tokens_per_s"] < result.table.iloc[0]["tokens_per_s"]:
-        notes.insert(0, f"best layout {framework} can run; the overall best "
-                        f"({result.table.iloc[0]['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not "
-                        f"supported: {unsupported(framework, result.table.iloc[0])}")
+    text, notes = best_supported(framework, result)
     _emit(text, output)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -244,31 +235,20 @@ def _output_format(fmt: "Format", output) -> "Format":
 
 
 def _emit(text: str, output) -> None:
-    """Data to stdout, or atomically to --output."""
-    if output is None:
-        print(text, end="")
-        return
-    from planner.report import write_atomic
+    from planner.report import emit
 
-    write_atomic(output, text)
-    print(f"wrote {output}", file=sys.stderr)
+    emit(text, output)
 
 
 def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None:
     from planner import report
 
     if fmt is Format.json:
-        _emit(json_dumps({"title": title, "rows": report.frame_records(df)}) + "\n", output)
+        _emit(report.json_text({"title": title, "rows": report.frame_records(df)}), output)
     elif fmt is Format.csv:
         _emit(df.to_csv(index=False), output)
     else:
         _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
-
-
-def json_dumps(doc) -> str:
-    import json
-
-    return json.dumps(doc, indent=2)
 
 
 @app.command("sweep")
@@ -355,7 +335,6 @@ def validate_cmd(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
-    import json
 
     from planner import report
     from planner.validate import load_runs, predict_all, summarize
@@ -366,7 +345,7 @@ def validate_cmd(
     preds = predict_all(load_runs(runs_file))
     stats = summarize(preds)
     if fmt is Format.json:
-        _emit(json.dumps(report.validation_document(preds, stats), indent=2) + "\n", output)
+        _emit(report.json_text(report.validation_document(preds, stats)), output)
     else:
         report.print_validation(preds, stats, _out())
 

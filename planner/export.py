@@ -142,3 +142,20 @@ def export(framework: str, row, m: ModelSpec, job: Job) -> tuple[str, list[str]]
         return torchtitan_toml(row, m, job), []
     cfg, notes = deepspeed_config(row, m, job)
     return json.dumps(cfg, indent=2) + "\n", notes
+
+
+def best_supported(framework: str, result) -> tuple[str, list[str]]:
+    """The best fitting layout of a search that `framework` can run, as (text, notes)."""
+    from planner.errors import PlannerError
+
+    rows = [r for _, r in result.table.iterrows() if unsupported(framework, r) is None]
+    if not rows:
+        why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
+        raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
+    best, overall = rows[0], result.table.iloc[0]
+    text, notes = export(framework, best, result.model, result.job)
+    if best["tokens_per_s"] < overall["tokens_per_s"]:
+        notes.insert(0, f"best layout {framework} can run; the overall best "
+                        f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "
+                        f"{unsupported(framework, overall)}")
+    return text, notes

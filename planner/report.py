@@ -72,8 +72,12 @@ def result_document(result: SearchResult, top: int) -> dict:
     return doc
 
 
+def json_text(doc) -> str:
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def to_json(result: SearchResult, top: int) -> str:
-    return json.dumps(result_document(result, top), indent=2)
+    return json_text(result_document(result, top))
 
 
 def to_csv(result: SearchResult, top: int) -> str:
@@ -316,3 +320,14 @@ def write_atomic(path, data: str | bytes) -> None:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def emit(text: str, output=None) -> None:
+    """Data to stdout, or atomically to the file `output` (with a note on stderr)."""
+    import sys
+
+    if output is None:
+        print(text, end="")
+        return
+    write_atomic(output, text)
+    print(f"wrote {output}", file=sys.stderr)

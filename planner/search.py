@@ -14,7 +14,6 @@ import numpy as np
 
 from planner import constraints
 from planner.cost.memory import MEMORY_PARTS
-from planner.cost.params import total_params
 from planner.cost.pipeline import stage_layers
 from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError

@@ -6,7 +6,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 import planner

@@ -8,7 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app, main
-from planner.validate import (BUNDLED_RUNS, load_runs, load_runs_file, predict, predict_all, predict_layer_ms,
+from planner.validate import (BUNDLED_RUNS, load_runs, load_runs_file, predict_all, predict_layer_ms,
                               summarize)
 
 runner = CliRunner()

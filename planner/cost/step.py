@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import comm, compute, flops, memory
-from planner.cost.params import layer_params
 from planner.cost.pipeline import stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec

@@ -143,7 +143,7 @@ def test_stage_params_single_stage_is_whole_model_over_tp():
 def test_tied_head_is_a_copy_on_the_last_stage():
     # Megatron keeps a copy of a tied embedding on the last stage when p > 1 (formulas.md §3.4 / Megatron).
     m = load_model("gpt-22b")
-    h, V, s, L = 6144, 51200, 2048, 48
+    h, V, s = 6144, 51200, 2048
     layer = 12 * h**2 + 13 * h
     first, middle, last = (float(x) for x in memory.stage_params(m, 1, 4))
     assert rel(first, 12 * layer + V * h + s * h) < 1e-12   # embedding + learned positions
