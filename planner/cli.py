@@ -94,7 +94,8 @@ def plan(
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Pin sequence parallelism on or off."),
-    headroom_gib: float = typer.Option(3.0, "--headroom-gib", help="HBM kept free for fragmentation, GiB."),
+    headroom_gib: Optional[float] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
+                                                 "(default: 7% of the GPU's HBM)."),
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
@@ -264,7 +265,7 @@ def sweep_cmd(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget, e.g. 15T: days and cost per count."),
     price: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
     pue: float = typer.Option(1.2, "--pue", help="Power usage effectiveness for the energy estimate."),
-    headroom_gib: float = typer.Option(3.0, "--headroom-gib"),
+    headroom_gib: Optional[float] = typer.Option(None, "--headroom-gib", help="Default: 7% of HBM."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),

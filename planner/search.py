@@ -23,7 +23,9 @@ from planner.specs.strategy import (RECOMPUTE, ZERO_STAGES, Job, Precision, Runt
                                     zero_code)
 
 GIB = 2**30
-DEFAULT_HEADROOM_GIB = 3.0
+# HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
+# advises 5-10% plus a few GB on 80 GB parts (the fixed framework overhead is already a modelled part, "other").
+DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
 MAX_MICRO_BATCH = 1024
@@ -170,7 +172,7 @@ def _rank(df):
 
 
 def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, global_batch=None,
-               global_batch_tokens=None, pins: Pins = Pins(), headroom_gib=DEFAULT_HEADROOM_GIB,
+               global_batch_tokens=None, pins: Pins = Pins(), headroom_gib=None,
                allow_cross_node_tp=False, precision: Precision = Precision(), runtime: Runtime = Runtime(),
                find_min_gpus=True) -> SearchResult:
     """Search all layouts of `model` on `gpus` GPUs of `hardware`; see SearchResult."""
@@ -180,6 +182,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
         raise PlannerError("--gpus", f"got {gpus!r}, expected a positive integer")
     job = make_job(m, int(gpus), seq_len, global_batch, global_batch_tokens)
+    if headroom_gib is None:
+        headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB
     if not (isinstance(headroom_gib, (int, float)) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
         raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
     capacity = hw.hbm_bytes - headroom_gib * GIB
