@@ -110,7 +110,7 @@ CLI_CASES = [
     ("batch-tokens-not-whole-sequences", ["--model", "8b", "--gpus", "8", "--global-batch-tokens", "1000"],
      ["--global-batch-tokens", "1000"]),
     ("sort-unknown", M405 + ["--gpus", "512", "--hardware", "h100,b200", "--sort", "speed"], ["--sort", "speed"]),
-    ("validate-csv", ["validate", "--format", "csv"], ["--format", "csv"]),
+    ("validate-csv", ["validate", "--format", "csv"], ["--format", "table or json"]),
 ]
 
 
@@ -263,8 +263,8 @@ MODEL_FILE_CASES = [
     ("negative-layers", "neg.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: -32"), ["layers", "-32"]),
     ("heads-not-multiple-of-kv", "kv.yaml", PRESET_8B.read_text().replace("kv_heads: 8", "kv_heads: 5"),
      ["kv_heads", "5", "heads"]),
-    ("hidden-not-divisible-by-heads", "hd.yaml", PRESET_8B.read_text().replace("hidden: 4096", "hidden: 4000"),
-     ["hidden", "4000", "heads"]),
+    ("hidden-not-divisible-by-heads", "hd.yaml", PRESET_8B.read_text().replace("hidden: 4096", "hidden: 4001"),
+     ["hidden", "4001", "heads"]),
     ("bad-norm", "norm.yaml", PRESET_8B.read_text().replace("norm: rmsnorm", "norm: batchnorm"),
      ["norm", "batchnorm"]),
     ("not-utf8", "latin1.yaml", None, ["--model"]),
