@@ -132,3 +132,23 @@ def test_validate_bad_file_is_one_line(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("model, heads, hidden, expected", [
+    # Korthikanti et al. 2022 Figure 7 (activation memory relative to plain TP; values as encoded in Calculon's
+    # calculon/llm/validation.py): sequence parallel, selective recompute, both, full recompute. s = 2048, t = 8.
+    ("gpt-22b", 64, 6144, (66.84, 49.42, 16.18, 7.64)),
+    ("gpt3-175b", 96, 12288, (62.04, 56.53, 18.49, 8.71)),
+    ("gpt-530b", 128, 20480, (58.31, 62.04, 20.27, 9.42)),
+])
+def test_published_activation_memory_ratios(model, heads, hidden, expected):
+    """Memory where a source publishes it: the per-layer activation memory of each technique relative to TP alone."""
+    from planner.cost.memory import activation_bytes_per_layer
+    from planner.specs.model import load_model
+
+    m = load_model(model)
+    base = float(activation_bytes_per_layer(m, 2048, 1, 8, False, 0, flash_attention=False))
+    variants = [(True, 0), (False, 1), (True, 1), (False, 2)]
+    got = [100 * float(activation_bytes_per_layer(m, 2048, 1, 8, sp, rc, flash_attention=False)) / base
+           for sp, rc in variants]
+    assert got == pytest.approx(list(expected), abs=0.6)
