@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 import sys
 from enum import Enum
@@ -68,6 +69,8 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
     value = number * _SUFFIX[suffix]
+    if not math.isfinite(value) or value > 1e30:
+        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
     if value < 1 or value != int(value):
         raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
     return int(value)
@@ -78,23 +81,23 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
 def plan(
     ctx: typer.Context,
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
+    seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
                                                       help="Global batch in tokens; 16M = 16*2^20."),
-    top: int = typer.Option(10, "--top", help="Rows to show."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
-    dp: Optional[int] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
-    vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
+    top: str = typer.Option("10", "--top", help="Rows to show."),
+    tp: Optional[str] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
+    pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
+    dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
+    micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
+    vpp: Optional[str] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective or full."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Pin sequence parallelism on or off."),
-    headroom_gib: Optional[float] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
+    headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
                                                  "(default: 7% of the GPU's HBM)."),
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
@@ -103,8 +106,8 @@ def plan(
                                          help="FlashAttention kernels (no s x s scores in memory)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
                                          "days, GPU-hours, cost and energy."),
-    price: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
-    pue: float = typer.Option(1.2, "--pue", help="Facility power usage effectiveness for the energy estimate."),
+    price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
+    pue: str = typer.Option("1.2", "--pue", help="Facility power usage effectiveness for the energy estimate."),
     sort: str = typer.Option("throughput", "--sort", help="Comparison order: throughput, time or cost."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically; "
@@ -122,8 +125,11 @@ def plan(
     if model is None or gpus is None:
         missing = "--model" if model is None else "--gpus"
         raise PlannerError(missing, "required (e.g. plan --model 405b --gpus 512; see plan --help)")
-    if top < 1:
-        raise PlannerError("--top", f"got {top}, expected a positive integer")
+    gpus, seq_len, global_batch, top = (_int(v, f) for v, f in ((gpus, "--gpus"), (seq_len, "--seq-len"),
+                                                                 (global_batch, "--global-batch"), (top, "--top")))
+    tp, pp, dp, micro_batch, vpp = (_int(v, f) for v, f in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp"),
+                                                            (micro_batch, "--micro-batch"), (vpp, "--vpp")))
+    headroom_gib = _float(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate, invalid_layout_error
     from planner.search import Pins, run_search
@@ -148,7 +154,9 @@ def plan(
     if "," in hardware:
         from planner.sweep import compare_hardware
 
-        names = [h for h in hardware.split(",") if h.strip()]
+        names = [h.strip() for h in hardware.split(",") if h.strip()]
+        if not names:
+            raise PlannerError("--hardware", f"got {hardware!r}, expected profile names separated by commas")
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,
@@ -216,7 +224,33 @@ def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output
         print(f"note: {note}", file=sys.stderr)
 
 
+def _int(value, flag: str):
+    """A whole-number option (typer's own message would not restate the value)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,30}", text):
+        raise PlannerError(flag, f"got {value!r}, expected a positive integer")
+    number = int(text)
+    if number < 1:
+        raise PlannerError(flag, f"got {number}, expected a positive integer")
+    return number
+
+
+def _float(value, flag: str):
+    if value is None:
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise PlannerError(flag, f"got {value!r}, expected a number") from None
+    if not math.isfinite(number):
+        raise PlannerError(flag, f"got {value!r}, expected a finite number")
+    return number
+
+
 def _budget_options(tokens, price, pue) -> dict:
+    price, pue = _float(price, "--price-per-gpu-hour"), _float(pue, "--pue")
     if price is not None and not price > 0:
         raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
     if not 1.0 <= pue <= 3.0:
@@ -259,13 +293,13 @@ def sweep_cmd(
     gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
                                                         "64..512:64."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
+    seq_len: Optional[str] = typer.Option(None, "--seq-len"),
+    global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="16M = 16*2^20 tokens."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget, e.g. 15T: days and cost per count."),
-    price: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
-    pue: float = typer.Option(1.2, "--pue", help="Power usage effectiveness for the energy estimate."),
-    headroom_gib: Optional[float] = typer.Option(None, "--headroom-gib", help="Default: 7% of HBM."),
+    price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
+    pue: str = typer.Option("1.2", "--pue", help="Power usage effectiveness for the energy estimate."),
+    headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="Default: 7% of HBM."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -275,6 +309,8 @@ def sweep_cmd(
 
     budget = _budget_options(tokens, price, pue)
     fmt = _output_format(fmt, output)
+    seq_len, global_batch = _int(seq_len, "--seq-len"), _int(global_batch, "--global-batch")
+    headroom_gib = _float(headroom_gib, "--headroom-gib")
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)

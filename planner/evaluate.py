@@ -14,10 +14,11 @@ from planner.cost.step import TIME_PARTS
 from planner.errors import PlannerError
 from planner.search import Pins, SearchResult, run_search
 
-# Which flag a broken rule points at, for one clear error line.
-_RULE_FLAGS = (("TP x PP x DP", "layout"), ("TP", "--tp"), ("PP", "--pp"), ("global batch", "--global-batch"),
-               ("sequence parallelism", "--sequence-parallel"), ("optimizer sharding", "--zero"),
-               ("interleaving", "--vpp"))
+# Which flags a broken rule points at (most specific first), for one clear error line.
+_RULE_FLAGS = (("TP x PP x DP", ("--tp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
+               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
+               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
+               ("interleaving", ("--vpp", "--pp", "--micro-batch")))
 
 
 @dataclass(frozen=True)
@@ -94,14 +95,23 @@ def invalid_layout_error(result: SearchResult, pinned: tuple[str, ...] = ()) -> 
     n = result.job.gpus
     if not reasons:
         return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
-    flag_of = {r: next((f for prefix, f in _RULE_FLAGS if r.startswith(prefix)), "layout") for r in reasons}
-    pinned_flags = {"--" + p.replace("_", "-") for p in pinned}
-    ranked = sorted(reasons, key=lambda r: (flag_of[r] not in pinned_flags, -reasons[r]))
+    pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
+    flags_of = {r: next((f for prefix, f in _RULE_FLAGS if r.startswith(prefix)), ()) for r in reasons}
+    # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
+    ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
     reason = ranked[0]
     detail = "; ".join(f"{r} ({reasons[r]:,})" for r in ranked[:3])
-    hint, flag = "", flag_of[reason]
+    named = [f for f in flags_of[reason] if f in pin_names]
+    flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
+    given = ", ".join(f"{p}={v}" for p, v in _pinned_values(result, pinned))
+    where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
+    hint = ""
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
-        flag = "--gpus"
         hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
                 f"(e.g. {1 << (n.bit_length() - 1)})")
-    return PlannerError(flag, f"no valid layout of {result.model.name} on {n} GPUs: {detail}{hint}")
+    return PlannerError(flag, f"no valid layout of {where}: {detail}{hint}")
+
+
+def _pinned_values(result: SearchResult, pinned) -> list[tuple[str, object]]:
+    pins = result.pins.__dict__ if result.pins is not None else {}
+    return [(p, pins[p]) for p in pinned if pins.get(p) is not None]

@@ -57,6 +57,7 @@ class SearchResult:
     closest: "object"                  # pandas DataFrame: valid layouts that do not fit, least overflow first
     runtime: Runtime = field(default_factory=Runtime)
     min_gpus_that_fit: int | None = None
+    pins: Pins | None = None
 
 
 # --- inputs -------------------------------------------------------------------------------------------------------
@@ -92,11 +93,21 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
 
 
 def check_pins(pins: Pins, job: Job) -> None:
-    """Pinned degrees must be positive integers that can multiply to the GPU count."""
+    """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
+    upper = {"tp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch, "vpp": 1024}
     for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
         value = getattr(pins, name)
+        flag = f"--{name.replace('_', '-')}"
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise PlannerError(f"--{name.replace('_', '-')}", f"got {value!r}, expected a positive integer")
+            raise PlannerError(flag, f"got {value!r}, expected a positive integer")
+        if value is not None and value > upper[name]:
+            raise PlannerError(flag, f"got {value:,}, expected at most {upper[name]:,}")
+    if pins.sequence_parallel is not None and not isinstance(pins.sequence_parallel, (bool, np.bool_)):
+        raise PlannerError("--sequence-parallel", f"got {pins.sequence_parallel!r}, expected True or False")
+    if pins.recompute is not None:
+        recompute_code(pins.recompute)
+    if pins.zero_stage is not None:
+        zero_code(pins.zero_stage)
     n = job.gpus
     pinned = {k: getattr(pins, k) for k in ("tp", "pp", "dp") if getattr(pins, k) is not None}
     if len(pinned) == 3 and math.prod(pinned.values()) != n:
@@ -215,8 +226,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
         rejected[constraints.FIT_REASON] = len(over)
         over = over.assign(overflow_gib=over["memory_gib"] - capacity / GIB)
         over = over.sort_values(["overflow_gib", "tokens_per_s"], ascending=[True, False]).reset_index(drop=True)
-    result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime)
-    if len(table) == 0 and find_min_gpus:
+    result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime, pins=pins)
+    if len(table) == 0 and len(over) and find_min_gpus:
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)
     return result
@@ -245,11 +256,12 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
                           max_gpus=2**20) -> int | None:
     """Smallest whole-node GPU count above job.gpus with a layout that fits (global batch kept), or None.
 
-    Scans every node count up to 4x the request, then doubles; memory only, so it stays fast.
+    Scans the next node counts (at most 64 of them, up to 4x the request), then doubles; memory only, so it stays
+    fast.
     """
     g = hw.gpus_per_node
     start = (job.gpus // g + 1) * g
-    counts = list(range(start, min(4 * max(job.gpus, g), max_gpus) + 1, g))
+    counts = list(range(start, min(4 * max(job.gpus, g), start + 63 * g, max_gpus) + 1, g))
     nxt = counts[-1] * 2 if counts else start
     while nxt <= max_gpus:
         counts.append(nxt)
@@ -267,9 +279,13 @@ def search(model="405b", gpus=512, **kwargs):
 
     Keyword arguments are those of `run_search`; pinning knobs may be given directly (tp=8, recompute="full").
     """
+    from planner.evaluate import invalid_layout_error
+
     pin_keys = set(Pins.__dataclass_fields__)
     pins = Pins(**{k: kwargs.pop(k) for k in list(kwargs) if k in pin_keys})
     result = run_search(model, gpus, pins=pins, **kwargs)
+    if len(result.table) == 0 and len(result.closest) == 0:
+        raise invalid_layout_error(result, tuple(k for k, v in pins.__dict__.items() if v is not None))
     df = result.table
     df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,
                     considered=result.considered, rejected=dict(result.rejected))

@@ -22,6 +22,9 @@ def parse_gpu_counts(text: str) -> list[int]:
             lo, hi, step = int(m.group(1)), int(m.group(2)), m.group(3)
             if lo < 1 or hi < lo or (step is not None and int(step) < 1):
                 raise PlannerError("--gpus", f"range {part!r} must be LOW..HIGH with 1 <= LOW <= HIGH (and STEP >= 1)")
+            if step is not None and (hi - lo) // int(step) + 1 > MAX_SWEEP_POINTS:
+                raise PlannerError("--gpus", f"range {part!r} has {(hi - lo) // int(step) + 1:,} points, expected at "
+                                             f"most {MAX_SWEEP_POINTS}")
             if step is None:
                 x = lo
                 while x <= hi:

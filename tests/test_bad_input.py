@@ -2,11 +2,12 @@
 nothing on stdout and nothing half-written. The library raises PlannerError (a ValueError) with the same text.
 
 Complements tests/test_cli.py (which checks a handful of flags); here every flag, input file kind and output path
-gets its own case. Cases that expose a planner defect are marked xfail(strict=True) with the defect in `reason`.
+gets its own case.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -74,7 +75,6 @@ CLI_CASES = [
     ("gpus-float", M405 + ["--gpus", "2.5"], ["--gpus", "integer"]),
     ("gpus-word", M405 + ["--gpus", "abc"], ["--gpus", "integer"]),
     ("gpus-billion", M405 + ["--gpus", "1000000000"], ["--gpus", "1000000000", "at most"]),
-    ("gpus-large-prime", M405 + ["--gpus", "1000003"], ["--gpus", "1000003", "prime"]),
     ("gpus-prime-509", M405 + ["--gpus", "509"], ["--gpus", "509", "prime"]),
     ("tp-not-dividing-heads", M405 + ["--gpus", "384", "--tp", "3"], ["--tp", "heads", "128"]),
     ("pp-not-dividing-gpus", M405 + ["--gpus", "512", "--pp", "200"], ["pp(200)", "512"]),
@@ -127,20 +127,12 @@ VALUE_RESTATED = "the message names the rule but not the pinned value the user g
 @pytest.mark.parametrize("argv, value", [
     pytest.param(M405 + ["--gpus", "0"], "0", id="gpus-zero"),
     pytest.param(M405 + ["--gpus", "-8"], "-8", id="gpus-negative"),
-    pytest.param(M405 + ["--gpus", "2.5"], "2.5", id="gpus-float", marks=pytest.mark.xfail(
-        strict=True, reason="`--gpus 2.5` prints typer's \"Invalid value for '--gpus' / '-g': Input should be a "
-                            "valid integer, unable to parse string as an integer\": the value 2.5 is not restated")),
-    pytest.param(M405 + ["--gpus", "abc"], "abc", id="gpus-word", marks=pytest.mark.xfail(
-        strict=True, reason="`--gpus abc`: typer's message does not restate the value 'abc'")),
-    pytest.param(M405 + ["--gpus", "384", "--tp", "3"], "3", id="pinned-tp-3", marks=pytest.mark.xfail(
-        strict=True, reason=f"`--gpus 384 --tp 3`: '{VALUE_RESTATED}' ('TP does not divide the heads (128 query, "
-                            "8 KV) (2,130)'; 3 never appears, and 2,130 is a rejection count)")),
-    pytest.param(M405 + ["--gpus", "512", "--pp", "256"], "256", id="pinned-pp-256", marks=pytest.mark.xfail(
-        strict=True, reason=f"`--gpus 512 --pp 256`: {VALUE_RESTATED} ('PP does not split the 126 layers ...')")),
+    pytest.param(M405 + ["--gpus", "2.5"], "2.5", id="gpus-float"),
+    pytest.param(M405 + ["--gpus", "abc"], "abc", id="gpus-word"),
+    pytest.param(M405 + ["--gpus", "384", "--tp", "3"], "3", id="pinned-tp-3"),
+    pytest.param(M405 + ["--gpus", "512", "--pp", "256"], "256", id="pinned-pp-256"),
     pytest.param(M405 + ["--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--micro-batch", "3"], "3",
-                 id="pinned-micro-batch-3", marks=pytest.mark.xfail(
-        strict=True, reason=f"`--micro-batch 3` (tp/pp/dp pinned): {VALUE_RESTATED}; the line blames "
-                            "--global-batch and says 'global batch not divisible by DP x micro-batch (24)'")),
+                 id="pinned-micro-batch-3"),
     pytest.param(M405 + ["--gpus", "512", "--zero", "7"], "'7'", id="zero-7"),
     pytest.param(M405 + ["--gpus", "512", "--seq-len", "0"], "0", id="seq-len-0"),
     pytest.param(M405 + ["--gpus", "512", "--pue", "9"], "9.0", id="pue-9"),
@@ -155,10 +147,28 @@ def test_prime_gpu_count_suggests_a_power_of_two(capsys):
     assert "509 is prime" in line and "256" in line
 
 
-@pytest.mark.xfail(strict=True, reason="`plan --model 405b --gpus 16777216` (nothing pinned) prints 'error: --tp: no "
-                                       "valid layout ... TP does not divide the heads ...': it blames --tp, which the "
-                                       "user never passed; the offending input is the GPU count (DP cannot exceed "
-                                       "the 2048-sequence batch, TP the node, PP the 126 layers)")
+def test_large_prime_gpu_count_explains_it_is_prime(capsys, monkeypatch):
+    """--gpus 1000003. The CLI first looks for the smallest GPU count that fits (a result it then discards on this
+    path, see the timing test below); stubbed out here so the message itself is checked in milliseconds."""
+    search_module = importlib.import_module("planner.search")     # `planner.search` is the function
+    monkeypatch.setattr(search_module, "smallest_fitting_gpus", lambda *a, **k: None)
+    line = bad(capsys, "--model", "405b", "--gpus", "1000003")
+    assert_mentions(line, "--gpus", "1000003 is prime")
+    # The library's evaluate() takes the same path without the scan and must say the same thing.
+    with pytest.raises(planner.PlannerError) as info:
+        planner.evaluate(model="405b", gpus=1000003)
+    assert str(info.value) == line.removeprefix("error: ")
+
+
+def test_no_valid_layout_at_a_large_gpu_count_answers_promptly():
+    try:
+        res = subprocess.run([sys.executable, "-m", "planner", "--model", "405b", "--gpus", "1000003"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("no answer within 10 s")
+    assert res.returncode == 2 and "prime" in res.stderr
+
+
 def test_unpinned_search_with_no_valid_layout_blames_a_flag_the_user_gave_or_gpus(capsys):
     """Nothing pinned, 2^24 GPUs for a 2048-sequence batch: the fix is --gpus (or the batch), not --tp."""
     line = bad(capsys, "--model", "405b", "--gpus", str(2**24))
@@ -166,20 +176,14 @@ def test_unpinned_search_with_no_valid_layout_blames_a_flag_the_user_gave_or_gpu
     assert flag in ("--gpus", "--global-batch", "--global-batch-tokens"), line
 
 
-@pytest.mark.xfail(strict=True, reason="`plan --model 405b --gpus 512 --hardware ,` prints 'error: --sort: sorting by "
-                                       "throughput needs --tokens' (wrong flag, false claim); expected a --hardware "
-                                       "error saying the list of profiles is empty")
 def test_empty_hardware_list_names_hardware(capsys):
     line = bad(capsys, "--model", "405b", "--gpus", "512", "--hardware", ",")
     assert_mentions(line, "--hardware")
 
 
 @pytest.mark.parametrize("flag", [
-    pytest.param("--tokens", marks=pytest.mark.xfail(strict=True, reason=(
-        "`--tokens 1e400-digits` (a 1 followed by 400 zeros): parse_count computes float('1000...') = inf and "
-        "int(inf) raises OverflowError, which escapes main() as a traceback instead of exit 2"))),
-    pytest.param("--global-batch-tokens", marks=pytest.mark.xfail(strict=True, reason=(
-        "`--global-batch-tokens 1e400-digits`: same OverflowError from parse_count escapes main()"))),
+    pytest.param("--tokens"),
+    pytest.param("--global-batch-tokens"),
 ])
 def test_absurdly_long_number_is_bad_input(capsys, flag):
     code, out, err = None, "", ""
@@ -190,14 +194,20 @@ def test_absurdly_long_number_is_bad_input(capsys, flag):
     assert_mentions(error_line(code, out, err), flag)
 
 
+@pytest.mark.parametrize("flag", ["--vpp", "--micro-batch"])
+def test_pinned_knob_beyond_int64_is_bad_input(capsys, flag):
+    try:
+        code, out, err = run(capsys, "--model", "8b", "--gpus", "8", flag, "99999999999999999999")
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"{type(exc).__name__} escaped main(): {exc}")
+    assert_mentions(error_line(code, out, err), flag)
+
+
 @pytest.mark.parametrize("argv", [
     pytest.param(["--model", "a" * 5000, "--gpus", "8"], id="model-name"),
     pytest.param(["--model", "a" * 5000 + ".yaml", "--gpus", "8"], id="model-yaml"),
     pytest.param(["--model", "8b", "--gpus", "8", "--hardware", "a" * 5000 + ".yaml"], id="hardware-yaml"),
 ])
-@pytest.mark.xfail(strict=True, reason="a --model/--hardware value longer than NAME_MAX (5000 chars): Path.is_dir()/"
-                                       "exists() raise OSError [Errno 36] File name too long, which escapes main() "
-                                       "as a traceback instead of exit 2")
 def test_file_name_too_long_is_bad_input(capsys, argv):
     try:
         code, out, err = run(capsys, *argv)
@@ -206,9 +216,6 @@ def test_file_name_too_long_is_bad_input(capsys, argv):
     assert_mentions(error_line(code, out, err), argv[-2] if "--hardware" in argv else "--model")
 
 
-@pytest.mark.xfail(strict=True, reason="`plan sweep --model 8b --gpus 1..1000000000000:1` expands the whole range "
-                                       "into a list before checking the 64-point limit: MemoryError traceback (or a "
-                                       "hang / OOM without a memory limit) instead of exit 2")
 def test_sweep_huge_stepped_range_is_rejected_before_expansion():
     # In a child process with a 1.5 GB address-space limit, so a regression cannot take the machine down.
     code = textwrap.dedent("""
@@ -217,9 +224,23 @@ def test_sweep_huge_stepped_range_is_rejected_before_expansion():
         from planner.cli import main
         sys.exit(main(["sweep", "--model", "8b", "--gpus", "1..1000000000000:1"]))
     """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
     assert res.returncode == 2 and res.stderr.startswith("error: --gpus"), res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param([b"--model", b"\xff", b"--gpus", b"8"], id="model-name"),
+    pytest.param([b"--m\xffodel", b"8b", b"--gpus", b"8"], id="option-name"),
+    pytest.param([b"--model", b"8b", b"--gpus", b"8", b"--hardware", b"\xff.yaml"], id="hardware-path"),
+])
+def test_undecodable_argv_bytes_are_bad_input(argv, tmp_path):
+    """A real command line can carry bytes that are not UTF-8 (they arrive as lone surrogates): still one line."""
+    res = subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True, cwd=tmp_path, timeout=120,
+                         check=False, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert err.startswith("error: ") and err.count("\n") == 1 and res.stdout == b"", err
 
 
 # --- input files -----------------------------------------------------------------------------------------------------
@@ -287,9 +308,6 @@ def test_model_directory_without_config_json(capsys, tmp_path):
     assert_mentions(line, "--model", "directory")
 
 
-@pytest.mark.xfail(strict=True, reason="a model YAML with `layrs: 32` (typo of the required `layers`) is reported as "
-                                       "'layers: required field is missing'; the offending key 'layrs' is never "
-                                       "named (pydantic's 'missing' error is reported before the extra key)")
 def test_typo_of_a_required_model_field_names_the_typo(capsys, tmp_path):
     path = write(tmp_path / "typo.yaml", PRESET_8B.read_text().replace("layers: 32", "layrs: 32"))
     line = bad(capsys, "--model", path, "--gpus", "8")
@@ -386,6 +404,23 @@ def test_bad_hf_config(capsys, tmp_path, cfg, needles):
     assert bad(capsys, "--model", path.parent, "--gpus", "8") == line
 
 
+@pytest.mark.parametrize("cfg, field", [
+    pytest.param(hf(max_position_embeddings="1e3"), "max_position_embeddings", id="llama-positions-string"),
+    pytest.param(hf(max_position_embeddings=[4096]), "max_position_embeddings", id="llama-positions-list"),
+    pytest.param(hf(max_position_embeddings=float("nan")), "max_position_embeddings", id="llama-positions-nan"),
+    pytest.param(hf(max_position_embeddings=float("inf")), "max_position_embeddings", id="llama-positions-inf"),
+    pytest.param({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
+                  "n_positions": "x"}, "n_positions", id="gpt2-positions-string"),
+])
+def test_hf_non_integer_position_count_is_bad_input(capsys, tmp_path, cfg, field):
+    path = write(tmp_path / "config.json", json.dumps(cfg))
+    try:
+        code, out, err = run(capsys, "--model", path, "--gpus", "8")
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"{type(exc).__name__} escaped main(): {exc}")
+    assert_mentions(error_line(code, out, err), field)
+
+
 @pytest.mark.parametrize("text, needles", [
     pytest.param("[1, 2, 3]", ["mapping", "list"], id="json-list"),
     pytest.param("{\"model_type\": \"llama\",", ["not valid JSON"], id="truncated-json"),
@@ -458,10 +493,7 @@ LIBRARY_CASES = [
     lib("layout-product", ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "4", "--dp", "8"],
         lambda: planner.evaluate(model="405b", gpus=512, tp=8, pp=4, dp=8)),
     lib("pinned-tp-3-search", ["--model", "405b", "--gpus", "384", "--tp", "3"],
-        lambda: planner.search(model="405b", gpus=384, tp=3), marks=pytest.mark.xfail(
-            strict=True, reason="planner.search(model='405b', gpus=384, tp=3) returns an empty DataFrame without an "
-                                "error (indistinguishable from 'nothing fits'), while `plan --gpus 384 --tp 3` and "
-                                "planner.evaluate raise 'TP does not divide the heads'")),
+        lambda: planner.search(model="405b", gpus=384, tp=3)),
 ]
 
 
@@ -475,12 +507,19 @@ def test_library_raises_the_error_the_cli_prints(capsys, argv, call):
     assert str(info.value).startswith(info.value.field + ": ")
 
 
-@pytest.mark.xfail(strict=True, reason="planner.search(model='8b', gpus=8, sequence_parallel='yes') raises a bare "
-                                       "ValueError \"invalid literal for int() with base 10: 'yes'\" from numpy, not "
-                                       "a PlannerError naming sequence_parallel")
 def test_library_rejects_a_non_bool_sequence_parallel_with_a_planner_error():
     with pytest.raises(planner.PlannerError, match="sequence"):
         planner.search(model="8b", gpus=8, sequence_parallel="yes")
+
+
+def test_edited_hardware_yaml_is_re_read(tmp_path):
+    path = write(tmp_path / "my-hw.yaml", H100_YAML.read_text())
+    assert planner.load_hardware(str(path)).peak_flops == pytest.approx(989.4e12)
+    path.write_text(H100_YAML.read_text().replace("bf16: 989.4", "bf16: 500"))
+    assert planner.load_hardware(str(path)).peak_flops == pytest.approx(500e12)
+    path.write_text(H100_YAML.read_text().replace("bf16: 989.4", "bf16: -1"))
+    with pytest.raises(planner.PlannerError, match="bf16"):
+        planner.load_hardware(str(path))
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -588,7 +627,7 @@ def test_failed_run_leaves_an_existing_output_file_untouched(capsys, tmp_path, b
 def test_nothing_fits_still_writes_the_closest_layouts_atomically(capsys, tmp_path):
     target = tmp_path / "closest.json"
     code, out, err = run(capsys, "--model", "405b", "--gpus", "16", "--output", target)
-    assert code == 1
+    assert code == 1 and out == "" and "nothing fits" in err.lower()
     doc = json.loads(target.read_text())
     assert doc["configs"] == [] and doc["closest"] and doc["min_gpus_that_fit"]
     assert leftovers(tmp_path) == []

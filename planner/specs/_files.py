@@ -14,9 +14,13 @@ from planner.errors import PlannerError
 
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML or JSON file that must hold a mapping; raise PlannerError naming the file otherwise."""
-    if not path.exists():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except (OSError, ValueError) as exc:          # e.g. a name longer than the file system allows
+        raise PlannerError(what, f"cannot use {str(path)[:80]!r} as a file path: {exc.__class__.__name__}") from None
+    if not exists:
         raise PlannerError(what, f"file not found: {path}")
-    if path.is_dir():
+    if is_dir:
         raise PlannerError(what, f"expected a file, got a directory: {path}")
     try:
         text = path.read_text(encoding="utf-8")
@@ -39,7 +43,18 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = errors[0]
+        missing = [e["loc"][-1] for e in errors if e["type"] == "missing"]
+        extra = [e for e in errors if e["type"] == "extra_forbidden"]
+        if missing and extra:                     # most likely a typo of a required field: name both
+            import difflib
+
+            typo = extra[0]
+            close = difflib.get_close_matches(str(typo["loc"][-1]), [str(m) for m in missing], n=1, cutoff=0.5)
+            loc = ".".join(str(p) for p in typo["loc"])
+            hint = f"did you mean {close[0]!r}?" if close else f"required {', '.join(map(str, missing))} missing"
+            raise PlannerError(f"{where}: {loc}", f"unknown field (typo?); {hint}") from None
         loc = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
         if err["type"] == "extra_forbidden":

@@ -184,8 +184,18 @@ def list_hardware() -> list[HardwareSpec]:
     return [load_hardware_file(p) for p in sorted(set(_bundled().values()))]
 
 
-@lru_cache(maxsize=None)
 def load_hardware_file(path: Path) -> HardwareSpec:
+    """Load a profile; cached per file version (path, size, mtime), so an edited file is re-read."""
+    try:
+        st = Path(path).stat()
+        version = (st.st_size, st.st_mtime_ns)
+    except (OSError, ValueError):
+        version = None                            # read_mapping reports the problem
+    return _load_hardware_file(Path(path), version)
+
+
+@lru_cache(maxsize=64)
+def _load_hardware_file(path: Path, version) -> HardwareSpec:
     data = read_mapping(path, "--hardware")
     return HardwareSpec.from_file(validate(HardwareFile, data, f"hardware file {path.name}"))
 
@@ -196,7 +206,7 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
         return name_or_path
     text = str(name_or_path).strip()
     if text.endswith((".yaml", ".yml")) or "/" in text or "\\" in text:
-        return load_hardware_file(Path(text).expanduser().resolve())
+        return load_hardware_file(Path(text).expanduser())
     index = _bundled()
     key = text.lower()
     if key in index:

@@ -113,11 +113,14 @@ class ModelFile(BaseModel):
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense"}
 
 
-def _hf_field(cfg: dict, key: str, where: str, kind=int):
-    if key not in cfg or cfg[key] is None:
-        raise PlannerError(where, f"missing field {key!r} needed to build the model")
-    value = cfg[key]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+def _hf_field(cfg: dict, key: str, where: str, default=None):
+    """A positive-integer field of a config.json; `default` when absent (None: required)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise PlannerError(where, f"missing field {key!r} needed to build the model")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PlannerError(where, f"field {key!r} must be a positive integer, got {value!r}")
     return value
 
@@ -130,9 +133,10 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
         fields = dict(
             layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
             ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=heads,
-            kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim"),
+            kv_heads=_hf_field(cfg, "num_key_value_heads", where, heads),
+            head_dim=_hf_field(cfg, "head_dim", where, 0) or None,
             vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=min(int(cfg.get("max_position_embeddings") or DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
+            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
             gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
             qkv_bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
@@ -140,9 +144,11 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
     elif mtype == "gpt2":
         hidden = _hf_field(cfg, "n_embd", where)
         fields = dict(
-            layers=_hf_field(cfg, "n_layer", where), hidden=hidden, ffn_hidden=cfg.get("n_inner") or 4 * hidden,
+            layers=_hf_field(cfg, "n_layer", where), hidden=hidden,
+            ffn_hidden=_hf_field(cfg, "n_inner", where, 4 * hidden),
             heads=_hf_field(cfg, "n_head", where), vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=int(cfg.get("n_positions") or cfg.get("n_ctx") or 1024), gated_mlp=False, tied_embeddings=True,
+            seq_len=_hf_field(cfg, "n_positions", where, _hf_field(cfg, "n_ctx", where, 1024)), gated_mlp=False,
+            tied_embeddings=True,
             norm="layernorm", bias=True, learned_positions=True, dropout=True,
         )
     elif mtype == "gpt_neox":
@@ -150,7 +156,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
             ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=_hf_field(cfg, "num_attention_heads", where),
             vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=min(int(cfg.get("max_position_embeddings") or 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
+            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="layernorm", bias=True,
         )
     else:
@@ -187,8 +193,12 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
         return name_or_path
     text = str(name_or_path).strip()
     path = Path(text).expanduser()
-    if text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text or path.is_dir():
-        if path.is_dir() and (path / "config.json").is_file():
+    try:
+        is_dir = path.is_dir()
+    except (OSError, ValueError):                 # a name too long or otherwise unusable as a path
+        is_dir = False
+    if text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text or is_dir:
+        if is_dir and (path / "config.json").is_file():
             path = path / "config.json"
         where = f"model file {path.name}"
         data = read_mapping(path, "--model")

@@ -19,6 +19,8 @@ ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron dist
 
 
 def recompute_code(value: str | int) -> int:
+    if isinstance(value, bool):
+        raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
     if isinstance(value, str):
         if value.lower() not in RECOMPUTE:
             raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
@@ -29,13 +31,15 @@ def recompute_code(value: str | int) -> int:
 
 
 def zero_code(value: str | int) -> int:
-    try:
-        stage = int(str(value).lower().removeprefix("zero").removeprefix("-"))
-    except ValueError:
-        stage = -1
-    if stage not in ZERO_STAGES:
+    """0-3, also written 'zero3' or 'zero-3'."""
+    import re
+
+    if isinstance(value, bool):
+        value = "?"
+    match = re.fullmatch(r"(?:zero-?)?([0-3])", str(value).strip().lower())
+    if not match:
         raise PlannerError("--zero", f"got {value!r}, expected a ZeRO stage 0, 1, 2 or 3")
-    return stage
+    return int(match.group(1))
 
 
 @dataclass(frozen=True)
