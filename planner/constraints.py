@@ -33,8 +33,10 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"sequence parallelism needs TP to divide the sequence ({job.seq_len})",
          ~np.asarray(sp, dtype=bool) | (job.seq_len % t == 0)),
         ("optimizer sharding needs DP > 1", (z == 0) | (d > 1)),
-        ("interleaving needs PP > 1 and an even layer split", (v == 1) | ((p > 1) & (edge == mid))),
-        ("interleaving: VPP must divide the layers per stage", (v == 1) | (mid % v == 0)),
+        ("interleaving needs PP > 1", (v == 1) | (p > 1)),
+        # With the embedding/loss accounting a stage has (L+2)/p slots (an edge stage: one is the embedding or the
+        # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
+        ("interleaving: VPP must divide the layers (slots) per stage", (v == 1) | (mid % v == 0)),
         ("interleaving needs micro-batches to be a multiple of PP", (v == 1) | (batch_ok & (num_mb % p == 0))),
     ]
 

@@ -121,7 +121,7 @@ def check_pins(pins: Pins, job: Job) -> None:
 def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dict[str, np.ndarray]:
     """Every TP x PP x DP factorization of the GPU count x micro-batch x VPP x SP x recompute x ZeRO, as columns.
 
-    Micro-batches: divisors of the per-replica batch. VPP: divisors of the layers per stage when the split is even.
+    Micro-batches: divisors of the per-replica batch. VPP: divisors of the layer slots per stage.
     """
     n = job.gpus
     rcs = [recompute_code(pins.recompute)] if pins.recompute is not None else list(range(len(RECOMPUTE)))
@@ -135,17 +135,17 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
             dp = n // (tp * pp)
             if pins.dp is not None and dp != pins.dp:
                 continue
-            edge, mid = (int(x) for x in stage_layers(model.layers, pp))
+            mid = int(stage_layers(model.layers, pp)[1])
             if pins.vpp is not None:
                 vpps = [pins.vpp]
             else:
-                vpps = _divisors(mid) if pp > 1 and edge == mid else [1]
+                vpps = _divisors(mid) if pp > 1 and mid > 0 else [1]
             mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, dp)
             # SP only means something with TP > 1, ZeRO only with DP > 1: unpinned, those are not enumerated.
             sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
             zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else list(ZERO_STAGES)[:1 + 3 * (dp > 1)]
             inner = np.array(list(product(sps, rcs, zs)), dtype=np.int64).reshape(-1, 3)
-            outer = np.array(list(product([tp], [pp], [dp], mbs, vpps)), dtype=np.int64)
+            outer = np.array(list(product([tp], [pp], [dp], mbs, vpps)), dtype=np.int64).reshape(-1, 5)
             rows = np.repeat(outer, len(inner), axis=0)
             blocks.append(np.hstack([rows, np.tile(inner, (len(outer), 1))]))
     if not blocks:

@@ -224,8 +224,11 @@ def measured_step_time_s(run: ValidationRun) -> float:
 def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     """Evaluate the run's published configuration; unstated knobs take the planner's best choice.
 
-    `hardware` overrides the run's profile (a HardwareSpec), e.g. to calibrate efficiencies.
+    `hardware` overrides the run's profile (a HardwareSpec), e.g. to calibrate efficiencies. A run is known to
+    have trained, so "fits" here means the modelled memory fits the GPU's HBM: the search's planning headroom
+    (spare memory for a layout not yet run) is not applied unless `headroom_gib` is passed.
     """
+    search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
     searched = tuple(k for k, v in run.layout.model_dump().items() if v is None)

@@ -27,8 +27,8 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         for z in range(4):
             if z != base["zero"]:
                 out.append((f"ZeRO-{z}", {**base, "zero": z}))
-    edge, mid = (int(x) for x in stage_layers(m.layers, base["pp"]))
-    if base["pp"] > 1 and edge == mid:
+    mid = int(stage_layers(m.layers, base["pp"])[1])
+    if base["pp"] > 1 and mid > 0:
         for v in (2, 3, 4, 6, 8):
             if v != base["vpp"] and mid % v == 0:
                 out.append((f"VPP {v} interleaving", {**base, "vpp": v}))

@@ -60,6 +60,7 @@ def _tflops(p):
     ("narayanan2021_t2_ptd_530b_560gpu", "narayanan2021_t2_ptd_530b_1120gpu", "narayanan2021_t2_ptd_530b_2240gpu"),
     ("narayanan2021_t2_zero3_175b_384gpu", "narayanan2021_t2_zero3_175b_768gpu", "narayanan2021_t2_zero3_175b_1536gpu"),
     ("narayanan2021_t2_zero3_530b_640gpu", "narayanan2021_t2_zero3_530b_1120gpu", "narayanan2021_t2_zero3_530b_2240gpu"),
+    ("llama3_405b_8192gpu", "llama3_405b_16384gpu"),
 ])
 def test_fixed_batch_more_gpus_lowers_per_gpu_throughput(preds, ids):
     """Strong scaling at a fixed global batch: fewer micro-batches per pipeline and more exposed DP traffic make

@@ -193,9 +193,11 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     reduce = np.maximum(_exposed(rs, hide_grads, u), rs / buckets)
     zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
-    # (DeepSpeed stage 2); ZeRO-3 also gathers parameters for every forward and backward (ZeRO §7; FSDP), each
-    # prefetched behind that micro-batch's compute except the first gather and the last reduce-scatter.
-    zero2 = num_mb * reduce + gather
+    # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
+    # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
+    # gather and the last reduce-scatter.
+    reduce_each = np.maximum(_exposed(rs, stage_mb, u), rs / buckets)
+    zero2 = (num_mb - 1) * reduce_each + reduce + gather
     zero3_comm = 2 * ag3 + rs3
     zero3_edge = (ag3 + rs3) / units
     zero3 = num_mb * np.where(rt.overlap_param_gather,
