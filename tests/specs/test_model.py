@@ -152,26 +152,22 @@ def write_config(tmp_path, cfg, dirname="model"):
     return path
 
 
-def test_hf_llama_31_8b_config(tmp_path):
-    m = load_model(write_config(tmp_path, LLAMA_31_8B_CONFIG))
+# hand: per layer 2·4096² + 2·4096·1024 (GQA 8 kv heads × 128) + 3·4096·14336 + 2·4096, ×32; untied embeddings
+# 2·V·4096; final norm 4096. Llama 3.1 8B (V = 128256): 8,030,261,248, the model card's 8.03B; Mistral 7B
+# (V = 32000, same block): 7,241,732,096, its "7.24B".
+_BLOCK_8B = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+
+
+@pytest.mark.parametrize("config, vocab, expected", [
+    (LLAMA_31_8B_CONFIG, 128256, 8_030_261_248),
+    (MISTRAL_7B_CONFIG, 32000, 7_241_732_096),
+])
+def test_hf_8b_class_configs(tmp_path, config, vocab, expected):
+    m = load_model(write_config(tmp_path, config))
     assert (m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.head_dim, m.vocab) == \
-        (32, 4096, 14336, 32, 8, 128, 128256)
+        (32, 4096, 14336, 32, 8, 128, vocab)
     assert m.gated_mlp and not m.tied_embeddings and not m.bias and m.norm == "rmsnorm"
-    # hand: per layer 2·4096² + 2·4096·1024 (GQA 8 kv heads × 128) + 3·4096·14336 + 2·4096; ×32;
-    # untied 2·128256·4096; final norm 4096 = 8,030,261,248 (the 8.03B of the model card).
-    layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
-    expected = 32 * layer + 2 * 128256 * 4096 + 4096
-    assert expected == 8_030_261_248
-    assert total_params(m) == expected
-
-
-def test_hf_mistral_7b_config(tmp_path):
-    m = load_model(write_config(tmp_path, MISTRAL_7B_CONFIG))
-    assert (m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.vocab) == (32, 4096, 14336, 32, 8, 32000)
-    # hand: same block as Llama-3.1-8B, V = 32000 untied: 7,241,732,096 (Mistral 7B, "7.24B").
-    layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
-    expected = 32 * layer + 2 * 32000 * 4096 + 4096
-    assert expected == 7_241_732_096
+    assert 32 * _BLOCK_8B + 2 * vocab * 4096 + 4096 == expected
     assert total_params(m) == expected
 
 
