@@ -42,7 +42,7 @@ class Evaluation:
 
     @property
     def capacity_gib(self) -> float:
-        return (self.result.hardware.hbm_bytes - self.result.headroom_bytes) / 2**30
+        return self.result.capacity_bytes / 2**30
 
     @property
     def dominant_memory(self) -> str:

@@ -62,7 +62,7 @@ def plot_search(result, path, top: int = 10) -> Path:
     ax1.legend(loc="lower right", fontsize=8)
     ax1.tick_params(axis="y", labelsize=7)
 
-    cap = (result.hardware.hbm_bytes - result.headroom_bytes) / 2**30
+    cap = result.capacity_bytes / 2**30
     if len(result.closest):
         ax2.scatter(result.closest["memory_gib"], result.closest["step_time_s"], s=6, c="#bbbbbb",
                     label="does not fit")

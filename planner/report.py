@@ -59,7 +59,7 @@ def result_document(result: SearchResult, top: int) -> dict:
         "gpus": result.job.gpus,
         "seq_len": result.job.seq_len,
         "global_batch": result.job.global_batch,
-        "memory_capacity_gib": (result.hardware.hbm_bytes - result.headroom_bytes) / 2**30,
+        "memory_capacity_gib": result.capacity_bytes / 2**30,
         "considered": result.considered,
         "rejected": dict(result.rejected),
         "configs": [config_record(r) for _, r in table.iterrows()],
@@ -108,7 +108,7 @@ def layouts_table(df, title: str) -> Table:
 
 def print_search(result: SearchResult, top: int, out: Console, err: Console) -> None:
     m, hw, job = result.model, result.hardware, result.job
-    cap = (hw.hbm_bytes - result.headroom_bytes) / 2**30
+    cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
             f"global batch {job.global_batch} sequences ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
             f"memory limit {cap:.1f} GiB per GPU")

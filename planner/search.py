@@ -59,6 +59,11 @@ class SearchResult:
     min_gpus_that_fit: int | None = None
     pins: Pins | None = None
 
+    @property
+    def capacity_bytes(self) -> float:
+        """Memory a layout may use per GPU: HBM less the planning headroom."""
+        return self.hardware.hbm_bytes - self.headroom_bytes
+
 
 # --- inputs -------------------------------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True)
     _, valid = constraints.first_failure(rules, len(variants))
     out = step_columns(res.model, res.hardware, res.job, cols, runtime=res.runtime)
-    cap = res.hardware.hbm_bytes - res.headroom_bytes
+    cap = res.capacity_bytes
     base_mem, base_step = row["memory_gib"] * GIB, row["step_time_s"]
     lines = []
     for i, (label, _) in enumerate(variants):
