@@ -131,8 +131,8 @@ def plan(
                                                             (micro_batch, "--micro-batch"), (vpp, "--vpp")))
     headroom_gib = _float(headroom_gib, "--headroom-gib")
     from planner import report
-    from planner.evaluate import evaluate, invalid_layout_error
-    from planner.search import Pins, run_search
+    from planner.evaluate import evaluate
+    from planner.search import Pins, require_valid, run_search
     from planner.specs.strategy import Runtime, recompute_code, zero_code
 
     if recompute is not None:
@@ -182,9 +182,7 @@ def plan(
         from planner.plot import _check_path
 
         _check_path(plot)                                  # fail on a bad name before the work
-    result = run_search(model, gpus, pins=Pins(**pins), **common)
-    if len(result.table) == 0 and len(result.closest) == 0:
-        raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
+    result = require_valid(run_search(model, gpus, pins=Pins(**pins), **common))
     if plot is not None:
         from planner.plot import plot_search
 
@@ -211,13 +209,10 @@ def plan(
 
 def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:
     """The best fitting layout the framework can run (within the pins), written as its launch settings."""
-    from planner.evaluate import invalid_layout_error
     from planner.export import best_supported
-    from planner.search import Pins, run_search
+    from planner.search import Pins, require_valid, run_search
 
-    result = run_search(model, gpus, pins=Pins(**pins), find_min_gpus=False, **common)
-    if len(result.table) == 0 and len(result.closest) == 0:
-        raise invalid_layout_error(result, tuple(k for k, v in pins.items() if v is not None))
+    result = require_valid(run_search(model, gpus, pins=Pins(**pins), find_min_gpus=False, **common))
     text, notes = best_supported(framework, result)
     _emit(text, output)
     for note in notes:

@@ -42,6 +42,11 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
 
 
 FIT_REASON = "does not fit in memory"
+# Which flags a broken rule points at (matched on the rule's leading words, most specific first).
+RULE_FLAGS = (("TP x PP x DP", ("--tp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
+              ("global batch", ("--micro-batch", "--dp", "--global-batch")),
+              ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
+              ("interleaving", ("--vpp", "--pp", "--micro-batch")))
 
 
 def first_failure(rule_list, n: int):

@@ -57,7 +57,7 @@ class SearchResult:
     closest: "object"                  # pandas DataFrame: valid layouts that do not fit, least overflow first
     runtime: Runtime = field(default_factory=Runtime)
     min_gpus_that_fit: int | None = None
-    pins: Pins | None = None
+    pins: Pins = Pins()
 
     @property
     def capacity_bytes(self) -> float:
@@ -284,14 +284,44 @@ def search(model="405b", gpus=512, **kwargs):
 
     Keyword arguments are those of `run_search`; pinning knobs may be given directly (tp=8, recompute="full").
     """
-    from planner.evaluate import invalid_layout_error
-
     pin_keys = set(Pins.__dataclass_fields__)
     pins = Pins(**{k: kwargs.pop(k) for k in list(kwargs) if k in pin_keys})
-    result = run_search(model, gpus, pins=pins, **kwargs)
-    if len(result.table) == 0 and len(result.closest) == 0:
-        raise invalid_layout_error(result, tuple(k for k, v in pins.__dict__.items() if v is not None))
+    result = require_valid(run_search(model, gpus, pins=pins, **kwargs))
     df = result.table
     df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,
                     considered=result.considered, rejected=dict(result.rejected))
     return df
+
+
+def require_valid(result: SearchResult) -> SearchResult:
+    """`result`, unless no candidate passed the validity rules (fitting or not): then the one-line error."""
+    if len(result.table) == 0 and len(result.closest) == 0:
+        raise _invalid_layout_error(result)
+    return result
+
+
+def _invalid_layout_error(result: SearchResult) -> PlannerError:
+    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them.
+
+    When flags were pinned, a rule about a pinned flag is named first (it is what the user can change)."""
+    pinned = {k: v for k, v in result.pins.__dict__.items() if v is not None}
+    reasons = {k: v for k, v in result.rejected.items() if k != constraints.FIT_REASON}
+    n = result.job.gpus
+    if not reasons:
+        return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
+    pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
+    flags_of = {r: next((f for prefix, f in constraints.RULE_FLAGS if r.startswith(prefix)), ()) for r in reasons}
+    # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
+    ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
+    reason = ranked[0]
+    detail = "; ".join(f"{r} ({reasons[r]:,})" for r in ranked[:3])
+    named = [f for f in flags_of[reason] if f in pin_names]
+    flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
+    given = ", ".join(f"{p}={v}" for p, v in pinned.items())
+    where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
+    hint = ""
+    if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
+        hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
+                f"(e.g. {1 << (n.bit_length() - 1)})")
+    return PlannerError(flag, f"no valid layout of {where}: {detail}{hint}")
+
