@@ -208,17 +208,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     n = len(cols["tp"])
     rejected: dict[str, int] = {}
     fitting, overflowing = [], []
-    for start in range(0, n, CHUNK_ROWS):
-        chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp)
-        failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
-        for i, (reason, _) in enumerate(rule_list):
-            count = int(np.count_nonzero(failed == i))
-            if count:
-                rejected[reason] = rejected.get(reason, 0) + count
-        if not valid.any():
-            continue
-        good = {k: v[valid] for k, v in chunk.items()}
+    for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected):
         res = step_columns(m, hw, job, good, precision, runtime)
         df = _rows_to_frame(good, res, job, capacity)
         fitting.append(df[df["fits"]])
@@ -243,15 +233,26 @@ def _result_keys():
              "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
 
 
+def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None):
+    """The valid candidates of `cols`, CHUNK_ROWS rows at a time (arrays stay small at any GPU count); each
+    rejected candidate is counted under the first rule it breaks in `rejected`, when given."""
+    for start in range(0, len(cols["tp"]), CHUNK_ROWS):
+        chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
+        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp)
+        failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
+        if rejected is not None:
+            for i, (reason, _) in enumerate(rule_list):
+                count = int(np.count_nonzero(failed == i))
+                if count:
+                    rejected[reason] = rejected.get(reason, 0) + count
+        if valid.any():
+            yield {k: v[valid] for k, v in chunk.items()}
+
+
 def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime) -> bool:
     """Memory-only check: does any valid layout on job.gpus fit?"""
-    cols = enumerate_candidates(m, job, pins)
-    for start in range(0, len(cols["tp"]), CHUNK_ROWS):
-        c = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        _, valid = constraints.first_failure(constraints.rules(m, hw, job, c, allow_cross_node_tp), len(c["tp"]))
-        if not valid.any():
-            continue
-        parts, _ = memory_columns(m, hw, job, {k: v[valid] for k, v in c.items()}, precision, runtime)
+    for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp):
+        parts, _ = memory_columns(m, hw, job, good, precision, runtime)
         if (sum(parts.values()) <= capacity).any():
             return True
     return False
