@@ -19,7 +19,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     t, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "zero"))
     heads_ok = (m.heads % t == 0) & ((m.kv_heads % t == 0) | (t % m.kv_heads == 0))
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
-    edge, mid = stage_layers(m.layers, p)
+    mid = stage_layers(m.layers, p)[1]
     batch_ok = job.global_batch % (b * d) == 0
     num_mb = job.global_batch // np.maximum(b * d, 1)
     return [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.cost.pipeline import bubble_fraction, bubble_ratio
 from planner.cost.step import TIME_PARTS
 
 _KNOB_LABELS = (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
@@ -50,10 +51,9 @@ def bubble_line(row) -> str:
     p, v, m = int(row["pp"]), int(row["vpp"]), int(row["num_microbatches"])
     if p == 1:
         return "no pipeline: no bubble."
-    ratio = (p - 1) / (v * m)
     kind = "interleaved 1F1B" if v > 1 else "1F1B"
-    return (f"bubble ({kind}) = (p-1)/(v*m) = ({p}-1)/({v}*{m}) = {ratio:.1%} of the ideal time, "
-            f"{ratio / (1 + ratio):.1%} of the step ({row['bubble_s']:.3g} s).")
+    return (f"bubble ({kind}) = (p-1)/(v*m) = ({p}-1)/({v}*{m}) = {float(bubble_ratio(p, m, v)):.1%} of the ideal "
+            f"time, {float(bubble_fraction(p, m, v)):.1%} of the step ({row['bubble_s']:.3g} s).")
 
 
 def placement_lines(row, hw) -> list[str]:

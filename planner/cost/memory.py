@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import params as P
-from planner.cost.pipeline import in_flight_layers, stage_layers
+from planner.cost.pipeline import in_flight_layers, layers_per_stage, stage_layers
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Precision
 
@@ -105,9 +105,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     w_pp, g_pp, o_pp = state_bytes_per_param(zero, d, precision)
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)
-    edge, mid = stage_layers(m.layers, p)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
-    layers = (np.where(p == 1, m.layers, edge), np.where(p > 2, mid, edge), np.where(p == 1, m.layers, edge))
+    layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
     work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                    precision.activation_bytes)

@@ -26,6 +26,13 @@ def stage_layers(layers, pp):
     return edge, mid
 
 
+def layers_per_stage(layers, pp):
+    """Layers on the (first, middle, last) stage, the three the memory and time maxima look at. One stage holds
+    all L (the split is even); two stages have no middle one, so its entry repeats the first."""
+    edge, mid = stage_layers(layers, pp)
+    return edge, np.where(np.asarray(pp) > 2, mid, edge), edge
+
+
 def bubble_ratio(pp, num_microbatches, vpp=1):
     """Idle time relative to the ideal (bubble-free) time: (p − 1)/(v·m).
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import comm, compute, flops, memory
-from planner.cost.pipeline import stage_layers
+from planner.cost.pipeline import layers_per_stage, stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Precision, Runtime
 
-BUBBLE_SCALE = 1.0
 TIME_PARTS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
 
@@ -108,14 +107,14 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
     fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e)
-    edge, mid = stage_layers(m.layers, p)
-    layers_max = np.maximum(np.where(p == 1, m.layers, edge), mid)
+    # The last stage adds the logits to its layers; a middle stage never has fewer layers than an edge one.
+    first_last, middle, _ = layers_per_stage(m.layers, p)
+    layers_max = stage_layers(m.layers, p)[1]
     logits = compute.logits_time_s(m, job.seq_len, b, t, hw, e)
-    first_last = np.where(p == 1, m.layers, edge)
-    stage_comp = np.maximum(first_last * (fwd + bwd) + logits, np.where(p > 2, mid, edge) * (fwd + bwd))
-    stage_tp = np.maximum(first_last, np.where(p > 2, mid, edge)) * (tp_fwd + tp_bwd)
-    stage_fwd = np.maximum(first_last, mid) * (fwd + tp_fwd)
-    stage_bwd = np.maximum(first_last, mid) * (bwd + tp_bwd)
+    stage_comp = np.maximum(first_last * (fwd + bwd) + logits, middle * (fwd + bwd))
+    stage_tp = middle * (tp_fwd + tp_bwd)
+    stage_fwd = layers_max * (fwd + tp_fwd)
+    stage_bwd = layers_max * (bwd + tp_bwd)
 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP; pick the cheaper per layout.
     params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
@@ -133,7 +132,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
         "tp_comm": num_mb * stage_tp,
         "pp_comm": pp_comm,
         "dp_comm": dp_comm,
-        "bubble": BUBBLE_SCALE * (p - 1) / v * (stage_comp + stage_tp),
+        "bubble": (p - 1) / v * (stage_comp + stage_tp),
         "optimizer": optimizer,
     }
     step = sum(times.values())
