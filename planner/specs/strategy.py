@@ -1,7 +1,8 @@
 """How a job is split and run: the training job, the parallel layout, precision and runtime features.
 
-One small dataclass owns the parallel degrees (torchtitan's ParallelDims idea). The degrees are listed once in
-`PARALLEL_DIMS`; adding context or expert parallelism means adding a name there and a cost term, not a rewrite.
+One small dataclass owns the parallel degrees (torchtitan's ParallelDims idea), listed once in `PARALLEL_DIMS`.
+Context or expert parallelism adds a name there, a candidate column (cost.step.KNOBS, search.enumerate_candidates),
+its validity rules (constraints) and its cost terms; the existing dimensions do not change.
 """
 
 from __future__ import annotations
@@ -19,15 +20,12 @@ ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron dist
 
 
 def recompute_code(value: str | int) -> int:
-    if isinstance(value, bool):
-        raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
-    if isinstance(value, str):
-        if value.lower() not in RECOMPUTE:
-            raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
+    """0 none, 1 selective, 2 full; the name (any case) or the code itself."""
+    if isinstance(value, str) and value.lower() in RECOMPUTE:
         return RECOMPUTE.index(value.lower())
-    if value not in (0, 1, 2):
-        raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
-    return int(value)
+    if not isinstance(value, (bool, str)) and value in (0, 1, 2):
+        return int(value)
+    raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
 
 
 def zero_code(value: str | int) -> int:
