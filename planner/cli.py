@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import functools
-import math
-import re
 import sys
-from enum import Enum
 from typing import Optional
 
 import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
+from planner.flags import Format, budget_options, float_flag, int_flag, output_format, parse_count
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -20,12 +18,6 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_
 EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
 # Typer's usage-error class (click's, vendored in recent typer); found through the public BadParameter.
 _USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
 
 
 def _console(stderr: bool = False) -> Console:
@@ -54,26 +46,6 @@ def handle_errors(fn):
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
     return wrapper
-
-
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12,
-           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
-def parse_count(text: str, flag: str, binary: bool = False) -> int:
-    """'16M' -> 16 * 2^20 when binary (batch tokens: whole power-of-two sequences), else 16e6; 'Mi' is always 2^20."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmbgt]i?)?\s*", str(text).lower())
-    if not match:
-        raise PlannerError(flag, f"got {text!r}, expected a number with an optional K/M/B/T suffix")
-    number, suffix = float(match.group(1)), match.group(2) or ""
-    if binary and suffix in ("k", "m", "g", "t"):
-        suffix += "i"
-    value = number * _SUFFIX[suffix]
-    if not math.isfinite(value) or value > 1e30:
-        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
-    if value < 1 or value != int(value):
-        raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
-    return int(value)
 
 
 @app.callback(invoke_without_command=True)
@@ -125,11 +97,11 @@ def plan(
     if model is None or gpus is None:
         missing = "--model" if model is None else "--gpus"
         raise PlannerError(missing, "required (e.g. plan --model 405b --gpus 512; see plan --help)")
-    gpus, seq_len, global_batch, top = (_int(v, f) for v, f in ((gpus, "--gpus"), (seq_len, "--seq-len"),
+    gpus, seq_len, global_batch, top = (int_flag(v, f) for v, f in ((gpus, "--gpus"), (seq_len, "--seq-len"),
                                                                  (global_batch, "--global-batch"), (top, "--top")))
-    tp, pp, dp, micro_batch, vpp = (_int(v, f) for v, f in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp"),
+    tp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp"),
                                                             (micro_batch, "--micro-batch"), (vpp, "--vpp")))
-    headroom_gib = _float(headroom_gib, "--headroom-gib")
+    headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, require_valid, run_search
@@ -137,10 +109,10 @@ def plan(
 
     if recompute is not None:
         recompute_code(recompute)
-    budget = _budget_options(tokens, price, pue)
+    budget = budget_options(tokens, price, pue)
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
         raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")
-    fmt = _output_format(fmt, output) if export is None else fmt
+    fmt = output_format(fmt, output) if export is None else fmt
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
@@ -219,51 +191,6 @@ def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output
         print(f"note: {note}", file=sys.stderr)
 
 
-def _int(value, flag: str):
-    """A whole-number option (typer's own message would not restate the value)."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d{1,30}", text):
-        raise PlannerError(flag, f"got {value!r}, expected a positive integer")
-    number = int(text)
-    if number < 1:
-        raise PlannerError(flag, f"got {number}, expected a positive integer")
-    return number
-
-
-def _float(value, flag: str):
-    if value is None:
-        return None
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise PlannerError(flag, f"got {value!r}, expected a number") from None
-    if not math.isfinite(number):
-        raise PlannerError(flag, f"got {value!r}, expected a finite number")
-    return number
-
-
-def _budget_options(tokens, price, pue) -> dict:
-    price, pue = _float(price, "--price-per-gpu-hour"), _float(pue, "--pue")
-    if price is not None and not price > 0:
-        raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
-    if not 1.0 <= pue <= 3.0:
-        raise PlannerError("--pue", f"got {pue}, expected a power usage effectiveness between 1.0 and 3.0")
-    return {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
-            "price_usd_per_gpu_hour": price, "pue": pue}
-
-
-def _output_format(fmt: "Format", output) -> "Format":
-    """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
-    if output is None or fmt is not Format.table:
-        return fmt
-    suffix = str(output).lower().rsplit(".", 1)[-1]
-    if suffix in ("json", "csv"):
-        return Format(suffix)
-    raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
-
-
 def _emit(text: str, output) -> None:
     from planner.report import emit
 
@@ -302,10 +229,10 @@ def sweep_cmd(
     """Best layout per GPU count: step time, tokens/s, MFU, scaling efficiency, and days and cost for --tokens."""
     from planner.sweep import sweep
 
-    budget = _budget_options(tokens, price, pue)
-    fmt = _output_format(fmt, output)
-    seq_len, global_batch = _int(seq_len, "--seq-len"), _int(global_batch, "--global-batch")
-    headroom_gib = _float(headroom_gib, "--headroom-gib")
+    budget = budget_options(tokens, price, pue)
+    fmt = output_format(fmt, output)
+    seq_len, global_batch = int_flag(seq_len, "--seq-len"), int_flag(global_batch, "--global-batch")
+    headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)
@@ -371,7 +298,7 @@ def validate_cmd(
     from planner import report
     from planner.validate import load_runs, predict_all, summarize
 
-    fmt = _output_format(fmt, output)
+    fmt = output_format(fmt, output)
     if fmt is Format.csv:
         raise PlannerError("--format", "validate supports table or json")
     preds = predict_all(load_runs(runs_file))

@@ -1,0 +1,84 @@
+"""Command-line values: text flags turned into checked numbers and formats, each error naming its flag.
+
+Typer reads every numeric flag as text so that a bad value gets the planner's own one-line message, which
+restates the value (typer's would not).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import Enum
+
+from planner.errors import PlannerError
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12,
+           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(text: str, flag: str, binary: bool = False) -> int:
+    """'16M' -> 16 * 2^20 when binary (batch tokens: whole power-of-two sequences), else 16e6; 'Mi' is always 2^20."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmbgt]i?)?\s*", str(text).lower())
+    if not match:
+        raise PlannerError(flag, f"got {text!r}, expected a number with an optional K/M/B/T suffix")
+    number, suffix = float(match.group(1)), match.group(2) or ""
+    if binary and suffix in ("k", "m", "g", "t"):
+        suffix += "i"
+    value = number * _SUFFIX[suffix]
+    if not math.isfinite(value) or value > 1e30:
+        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
+    if value < 1 or value != int(value):
+        raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
+    return int(value)
+
+
+def int_flag(value, flag: str):
+    """A whole-number option (typer's own message would not restate the value)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,30}", text):
+        raise PlannerError(flag, f"got {value!r}, expected a positive integer")
+    number = int(text)
+    if number < 1:
+        raise PlannerError(flag, f"got {number}, expected a positive integer")
+    return number
+
+
+def float_flag(value, flag: str):
+    if value is None:
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise PlannerError(flag, f"got {value!r}, expected a number") from None
+    if not math.isfinite(number):
+        raise PlannerError(flag, f"got {value!r}, expected a finite number")
+    return number
+
+
+def budget_options(tokens, price, pue) -> dict:
+    price, pue = float_flag(price, "--price-per-gpu-hour"), float_flag(pue, "--pue")
+    if price is not None and not price > 0:
+        raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
+    if not 1.0 <= pue <= 3.0:
+        raise PlannerError("--pue", f"got {pue}, expected a power usage effectiveness between 1.0 and 3.0")
+    return {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
+            "price_usd_per_gpu_hour": price, "pue": pue}
+
+
+def output_format(fmt: "Format", output) -> "Format":
+    """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
+    if output is None or fmt is not Format.table:
+        return fmt
+    suffix = str(output).lower().rsplit(".", 1)[-1]
+    if suffix in ("json", "csv"):
+        return Format(suffix)
+    raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
