@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app, main
+from planner.cli import app
 
 runner = CliRunner()
 CONFIG_KEYS = {"tp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
@@ -56,7 +56,7 @@ def test_csv_has_a_header_and_rows():
 
 def test_pinned_layout_prints_breakdown_and_verdict():
     res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "4", "--dp", "16"])
-    assert res.exit_code in (0, 1)
+    assert res.exit_code == 0, res.output              # 405B on TP8 PP4 DP16 fits (exit 1 would mean it does not)
     assert "fits" in res.output and "dominated by" in res.output
     for part in ("weights", "optimizer", "activations", "compute", "tp_comm", "bubble"):
         assert part in res.output
@@ -75,30 +75,6 @@ def test_nothing_fits_exits_1_and_names_a_gpu_count():
     assert "Nothing fits" in res.output and "Smallest GPU count" in res.output
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--model", "406b", "--gpus", "512"], "--model"),
-    (["--model", "405b", "--gpus", "0"], "--gpus"),
-    (["--model", "405b", "--gpus", "512", "--hardware", "h101"], "--hardware"),
-    (["--model", "405b", "--gpus", "512", "--tp", "3"], "layout"),
-    (["--model", "405b", "--gpus", "384", "--tp", "3"], "--tp"),
-    (["--model", "405b", "--gpus", "512", "--recompute", "some"], "--recompute"),
-    (["--model", "405b", "--gpus", "512", "--zero", "5"], "--zero"),
-    (["--model", "405b"], "--gpus"),
-])
-def test_bad_input_is_one_line_and_exit_2(args, field, capsys):
-    code = main(args)
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.startswith("error: ") and field in err and err.count("\n") == 1
-    assert "Traceback" not in err
-
-
-def test_usage_errors_are_one_line_too(capsys):
-    assert main(["--model", "405b", "--gpus", "many"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--gpus" in err
-
-
 def test_models_and_hardware_lists():
     res = runner.invoke(app, ["models"])
     assert res.exit_code == 0 and "llama-3.1-405b" in res.output and "gpt3-175b" in res.output
@@ -112,7 +88,8 @@ def test_python_dash_m_planner():
     res = subprocess.run([sys.executable, "-m", "planner", "--model", "8b", "--gpus", "8", "--format", "json",
                           "--top", "1"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["configs"][0]["tp"] * json.loads(res.stdout)["configs"][0]["pp"] <= 8
+    best = json.loads(res.stdout)["configs"][0]
+    assert best["tp"] * best["pp"] * best["dp"] == 8
 
 
 def test_installed_plan_command_runs_from_another_directory(tmp_path):

@@ -7,7 +7,7 @@ or step time (a wrong answer printed as if right).
 Seeded (random.Random) and reproducible. The default run is a few thousand cases in well under 20 s; set
 PLANNER_FUZZ_CASES (e.g. PLANNER_FUZZ_CASES=20000) for a longer one and PLANNER_FUZZ_SEED for another seed.
 GPU counts stay <= 4096 except a few huge/odd values that are rejected or answered quickly; inputs a real shell
-cannot produce (NUL bytes) are left out, and so are cases test_bad_input.py covers one by one (400-digit numbers,
+cannot produce (NUL bytes) are left out, and so are cases test_bad_flags.py covers one by one (400-digit numbers,
 file names over NAME_MAX, sweep ranges of 10^12 points).
 """
 
@@ -48,10 +48,10 @@ NEOX_DOC = {"model_type": "gpt_neox", "num_hidden_layers": 16, "hidden_size": 20
             "num_attention_heads": 16, "vocab_size": 50304, "max_position_embeddings": 2048}
 
 # No lone surrogates ('\udcff', what an undecodable argv byte becomes): pytest's capture encodes strictly and would
-# fail where the real streams do not (they use backslashreplace); test_bad_input.py covers them in a subprocess.
+# fail where the real streams do not (they use backslashreplace); test_bad_flags.py covers them in a subprocess.
 UNICODE = ["٨", "８", "∞", "½", "ǅ", "—", "é", "🚀", "\u200b", "\u202e", "ı", "İ", "ß"]
 # GPU counts beyond 4096 that are rejected or answered quickly (a count in (4096, 2^20] with no valid layout would
-# trigger the slow minimum-GPU scan pinned by test_bad_input.py::test_no_valid_layout_..._answers_promptly).
+# trigger the slow minimum-GPU scan pinned by test_bad_flags.py::test_no_valid_layout_..._answers_promptly).
 HUGE_GPUS = ["16777216", "16777217", "1000000000", "99999999999999999999", "2097152", "1048573", "-1", "0"]
 
 
@@ -62,7 +62,8 @@ def _finite_positive(x) -> bool:
 
 
 def _check_json_answer(text: str, what: str) -> None:
-    """A JSON answer on stdout: every layout has a finite positive memory, step time and throughput."""
+    """A JSON answer on stdout: every layout (search, pinned layout, sweep or comparison row that found one) has a
+    finite positive memory, step time and throughput, and multiplies to its GPU count."""
     doc = json.loads(text)
     configs = []
     if isinstance(doc, dict) and "configs" in doc:
@@ -71,6 +72,10 @@ def _check_json_answer(text: str, what: str) -> None:
             assert c["tp"] * c["pp"] * c["dp"] == doc["gpus"], f"{what}: layout does not multiply to the GPU count"
     elif isinstance(doc, dict) and "tp" in doc:
         configs = [doc]
+    elif isinstance(doc, dict) and "rows" in doc:              # sweep / hardware comparison: best layout per row
+        configs = [r for r in doc["rows"] if r.get("status") == "ok"]
+        for c in configs:
+            assert c["tp"] * c["pp"] * c["dp"] == c["gpus"], f"{what}: layout does not multiply to the GPU count"
     for c in configs:
         for key in ("memory_gib", "step_time_s", "tokens_per_s"):
             assert _finite_positive(c.get(key)), f"{what}: {key} = {c.get(key)!r} in {json.dumps(c)[:400]}"

@@ -6,6 +6,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from cli_contract import assert_mentions, bad
 from typer.testing import CliRunner
 
 import planner
@@ -67,14 +68,14 @@ def test_deepspeed_json_keys_and_batch_arithmetic():
     assert any("PipelineModule(num_stages=2)" in n for n in notes)
 
 
-def test_export_picks_the_best_layout_the_framework_can_run():
+def test_export_picks_the_best_layout_the_framework_can_run(capsys):
     res = runner.invoke(app, ["--model", "70b", "--gpus", "64", "--tp", "4", "--pp", "2", "--export", "deepspeed"])
     assert res.exit_code == 0
     cfg = json.loads(res.stdout)
     assert cfg["zero_optimization"]["stage"] <= 1             # DeepSpeed: no ZeRO-2/3 with pipeline parallelism
     row = {"pp": 2, "vpp": 1, "zero_stage": 3, "tp": 4, "sequence_parallel": True}
     assert unsupported("deepspeed", row) and unsupported("megatron", row) is None
-    assert main(["--model", "70b", "--gpus", "64", "--export", "jax"]) == 2
+    assert_mentions(bad(capsys, "--model", "70b", "--gpus", "64", "--export", "jax"), "--export", "jax")
 
 
 def test_explain_report_shows_bars_bubble_placement_and_advice():
@@ -94,24 +95,43 @@ def test_whatif_suggestions_are_real_improvements():
     ev = _best("405b", 512, tp=8, pp=16, dp=4, recompute="selective", micro_batch=1, zero_stage=1)
     tips = suggestions(ev)
     assert tips and all("so it fits" in t for t in tips)
-    # the advice can be followed: pinning the suggested knob gives a layout that fits
-    assert _best("405b", 512, tp=8, pp=16, dp=4, recompute="full", micro_batch=1, zero_stage=1).fits
+    # the advice can be followed: the layout with the suggested knob changed (all others as evaluated) fits
+    layout = {k: ev.row[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
+                                     "zero_stage")}
+    for tip in tips:
+        assert _best("405b", 512, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
 
 
-def test_plots_are_valid_png_and_svg(tmp_path):
+def _knob_of(label: str) -> dict:
+    """The pin a what-if label stands for ('full recompute', 'ZeRO-3', 'VPP 4 interleaving', ...)."""
+    words = label.split()
+    if label.endswith(" recompute"):
+        return {"recompute": words[0]}
+    if label.startswith("ZeRO-"):
+        return {"zero_stage": int(label.removeprefix("ZeRO-"))}
+    if label.startswith("VPP "):
+        return {"vpp": int(words[1])}
+    if label.startswith("micro-batch "):
+        return {"micro_batch": int(words[1])}
+    assert label.startswith("sequence parallelism "), label
+    return {"sequence_parallel": words[-1] == "on"}
+
+
+def test_plots_are_valid_png_and_svg(tmp_path, capsys):
     png, svg = tmp_path / "search.png", tmp_path / "sweep.svg"
     assert main(["--model", "8b", "--gpus", "64", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["sweep", "--model", "8b", "--gpus", "8..64", "--tokens", "1T", "--plot", str(svg)]) == 0
     head = svg.read_text()[:500]
     assert "<svg" in head or "<?xml" in head
-    assert main(["--model", "8b", "--gpus", "64", "--plot", str(tmp_path / "x.jpg")]) == 2
+    capsys.readouterr()
+    assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "x.jpg"), "--plot")
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ImportError
-    assert main(["--model", "8b", "--gpus", "64", "--plot", str(tmp_path / "a.png")]) == 2
-    assert 'pip install "planner[plot]"' in capsys.readouterr().err
+    line = bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "a.png")
+    assert 'pip install "planner[plot]"' in line
     assert not (tmp_path / "a.png").exists()
 
 

@@ -282,8 +282,13 @@ def test_scalar_and_vectorised_evaluation_agree_exactly(data, m, hw):
 def test_search_rows_are_valid_and_evaluate_reproduces_them(name, gpus, hw, pick):
     result = planner.run_search(name, gpus, hardware=hw, find_min_gpus=False)
     table, m = result.table, result.model
-    capacity_gib = (hw.hbm_bytes - result.headroom_bytes) / GIB
+    capacity_gib = result.capacity_bytes / GIB
     if len(table) == 0:
+        # nothing fits: the valid layouts are reported as the closest ones, each over the limit
+        closest = result.closest
+        assert len(closest) or sum(result.rejected.values()) == result.considered
+        assert (closest["tp"] * closest["pp"] * closest["dp"] == gpus).all()
+        assert (closest["memory_gib"] > capacity_gib).all() and not closest["fits"].any()
         return
     assert (table["tp"] * table["pp"] * table["dp"] == gpus).all()
     assert table["fits"].all() and (table["memory_gib"] <= capacity_gib).all()

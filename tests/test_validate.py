@@ -5,9 +5,11 @@ import json
 import numpy as np
 import pytest
 import yaml
+from cli_contract import assert_mentions
+from cli_contract import bad as bad_line
 from typer.testing import CliRunner
 
-from planner.cli import app, main
+from planner.cli import app
 from planner.validate import (BUNDLED_RUNS, load_runs, load_runs_file, predict_all, predict_layer_ms,
                               summarize)
 
@@ -47,11 +49,6 @@ def test_no_false_out_of_memory(preds):
     """Every run is known to have trained: the planner must not claim its layout does not fit."""
     oom = [rid for rid, p in preds.items() if not p.fits]
     assert oom == []
-
-
-def _tflops(p):
-    """Predicted model-agnostic throughput per GPU: tokens/s/GPU of the prediction."""
-    return p.run.model.global_batch * p.run.model.seq_len / p.predicted_step_s / p.run.gpus
 
 
 @pytest.mark.parametrize("ids", [
@@ -130,9 +127,7 @@ def test_validate_users_own_file(tmp_path):
 def test_validate_bad_file_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("runs:\n  - id: x\n    typo_field: 1\n")
-    assert main(["validate", str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
+    assert_mentions(bad_line(capsys, "validate", bad), "bad.yaml", "typo_field")
 
 
 @pytest.mark.parametrize("model, heads, hidden, expected", [

@@ -87,6 +87,18 @@ def test_user_yaml_path_loads_with_changed_number(tmp_path):
     assert rel(hw.inter_bw_bytes_per_s, 50e9) < 1e-12  # unchanged
 
 
+def test_edited_hardware_yaml_is_re_read(tmp_path):
+    """The profile cache is keyed by the file's version: an edit takes effect without a restart."""
+    path = tmp_path / "my-hw.yaml"
+    path.write_text(h100_text())
+    assert rel(load_hardware(str(path)).peak_flops, 989.4e12) < 1e-12
+    path.write_text(h100_text().replace("bf16: 989.4", "bf16: 500"))
+    assert rel(load_hardware(str(path)).peak_flops, 500e12) < 1e-12
+    path.write_text(h100_text().replace("bf16: 989.4", "bf16: -1"))
+    with pytest.raises(PlannerError, match="bf16"):
+        load_hardware(str(path))
+
+
 @pytest.mark.parametrize("old, new, field", [
     ("memory:\n", "memory:\n  typo_field: 1\n", "typo_field"),                                  # unknown field
     ("bandwidth_gb_per_s_per_direction: 450", "bandwidth_gb_per_s_per_direction: -450",

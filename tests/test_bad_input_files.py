@@ -1,0 +1,228 @@
+"""Bad input files: model YAML, hardware YAML and Hugging Face config.json answer with one line naming the file
+and the field, exit code 2, no traceback; YAML is read with safe_load only (python tags never run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_contract import assert_mentions, bad, run, write
+
+from planner.specs.hardware import hardware_dir
+from planner.specs.model import PRESETS_DIR
+
+H100_YAML = hardware_dir() / "h100-sxm.yaml"
+PRESET_8B = PRESETS_DIR / "llama-3.1-8b.yaml"
+
+
+# --- input files -----------------------------------------------------------------------------------------------------
+
+def preset_text_without(key: str) -> str:
+    return "".join(line + "\n" for line in PRESET_8B.read_text().splitlines() if not line.startswith(f"{key}:"))
+
+
+def test_preset_file_is_a_valid_model_file_when_copied(capsys, tmp_path):
+    """The mutations below start from a copy that works: the errors come from the one change each makes."""
+    copy = write(tmp_path / "copy.yaml", PRESET_8B.read_text())
+    code, out, err = run(capsys, "--model", copy, "--gpus", "8", "--format", "json", "--top", "1")
+    assert code == 0, err
+    assert json.loads(out)["model"]["name"] == "llama-3.1-8b"
+    hw = write(tmp_path / "hw.yaml", H100_YAML.read_text())
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--hardware", hw, "--format", "json", "--top", "1")
+    assert code == 0, err
+
+
+MODEL_FILE_CASES = [
+    # (id, file name, content or None for "do not create", needles)
+    ("missing-file", "nope.yaml", None, ["--model", "not found", "nope.yaml"]),
+    ("empty-file", "empty.yaml", "", ["--model", "empty"]),
+    ("whitespace-only", "blank.yaml", "  \n\n", ["--model", "empty"]),
+    ("malformed-yaml", "bad.yaml", "name: x\nlayers: [1, 2\n", ["--model", "not valid YAML"]),
+    ("tab-indented-yaml", "tabs.yaml", "name: x\n\tlayers: 2\n", ["--model", "not valid YAML"]),
+    ("yaml-list", "list.yaml", "- name: x\n- layers: 2\n", ["--model", "mapping", "list"]),
+    ("yaml-scalar", "scalar.yaml", "just a string\n", ["--model", "mapping", "str"]),
+    ("missing-required-field", "nohidden.yaml", preset_text_without("hidden"), ["hidden", "missing"]),
+    ("unknown-field", "typo.yaml", PRESET_8B.read_text() + "tied_embedings: true\n", ["tied_embedings", "unknown"]),
+    ("wrong-type-layers", "many.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: many"),
+     ["layers", "many"]),
+    ("wrong-type-hidden-list", "hlist.yaml", PRESET_8B.read_text().replace("hidden: 4096", "hidden: [4096]"),
+     ["hidden"]),
+    ("negative-layers", "neg.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: -32"), ["layers", "-32"]),
+    ("heads-not-multiple-of-kv", "kv.yaml", PRESET_8B.read_text().replace("kv_heads: 8", "kv_heads: 5"),
+     ["kv_heads", "5", "heads"]),
+    ("hidden-not-divisible-by-heads", "hd.yaml", PRESET_8B.read_text().replace("hidden: 4096", "hidden: 4001"),
+     ["hidden", "4001", "heads"]),
+    ("bad-norm", "norm.yaml", PRESET_8B.read_text().replace("norm: rmsnorm", "norm: batchnorm"),
+     ["norm", "batchnorm"]),
+    ("not-utf8", "latin1.yaml", None, ["--model"]),
+]
+
+
+@pytest.mark.parametrize("name, content, needles", [pytest.param(n, c, k, id=i) for i, n, c, k in MODEL_FILE_CASES])
+def test_bad_model_file(capsys, tmp_path, name, content, needles):
+    path = tmp_path / name
+    if content is not None:
+        write(path, content)
+    if name == "latin1.yaml":
+        path.write_bytes("name: caf\xe9\n".encode("latin-1") + PRESET_8B.read_bytes())
+    line = bad(capsys, "--model", path, "--gpus", "8")
+    assert_mentions(line, *needles)
+
+
+def test_model_directory_without_config_json(capsys, tmp_path):
+    line = bad(capsys, "--model", tmp_path, "--gpus", "8")
+    assert_mentions(line, "--model", "directory")
+
+
+def test_typo_of_a_required_model_field_names_the_typo(capsys, tmp_path):
+    path = write(tmp_path / "typo.yaml", PRESET_8B.read_text().replace("layers: 32", "layrs: 32"))
+    line = bad(capsys, "--model", path, "--gpus", "8")
+    assert_mentions(line, "layrs")
+
+
+HW_CASES = [
+    # (id, old text in h100-sxm.yaml, replacement, needles)
+    ("negative-bandwidth", "bandwidth_gb_per_s_per_direction: 450", "bandwidth_gb_per_s_per_direction: -450",
+     ["node.intra_node.bandwidth_gb_per_s_per_direction", "-450"]),
+    ("zero-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: 0", ["gpu.hbm_capacity_gib", "0"]),
+    ("negative-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: -80", ["gpu.hbm_capacity_gib", "-80"]),
+    ("zero-peak", "bf16: 989.4", "bf16: 0", ["gpu.peak_tflops_dense.bf16", "0"]),
+    ("memory-in-bytes", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: 85899345920",
+     ["gpu.hbm_capacity_gib", "85899345920"]),
+    ("peak-in-flops", "bf16: 989.4", "bf16: 9.894e14", ["gpu.peak_tflops_dense.bf16", "9.894e14"]),
+    ("peak-in-flops-yaml-float", "bf16: 989.4", "bf16: 9.894e+14", ["gpu.peak_tflops_dense.bf16"]),
+    ("unknown-field", "  tdp_w: 700", "  tdp_w: 700\n  tdp_watts: 700", ["gpu.tdp_watts", "unknown"]),
+    ("negative-latency", "step_latency_us: 1.9", "step_latency_us: -1.9", ["step_latency_us", "-1.9"]),
+    ("zero-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: 0", ["node.gpus_per_node", "0"]),
+    ("fractional-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: 7.5", ["node.gpus_per_node", "7.5"]),
+    ("efficiency-above-one", "gemm_fraction_of_peak: 0.55", "gemm_fraction_of_peak: 55",
+     ["efficiency.gemm_fraction_of_peak", "55"]),
+    ("nan-bandwidth", "hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: .nan", ["gpu.hbm_bandwidth_tb_per_s"]),
+    ("inf-tdp", "tdp_w: 700", "tdp_w: .inf", ["gpu.tdp_w"]),
+    ("string-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: eighty", ["gpu.hbm_capacity_gib", "eighty"]),
+    ("missing-name", "name: h100-sxm\n", "", ["name", "missing"]),
+]
+
+
+@pytest.mark.parametrize("old, new, needles", [pytest.param(o, n, k, id=i) for i, o, n, k in HW_CASES])
+def test_bad_hardware_file(capsys, tmp_path, old, new, needles):
+    text = H100_YAML.read_text()
+    assert old in text
+    path = write(tmp_path / "mutated.yaml", text.replace(old, new, 1))
+    line = bad(capsys, "--model", "8b", "--gpus", "8", "--hardware", path)
+    assert_mentions(line, "hardware file mutated.yaml", *needles)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "list", "malformed"])
+def test_bad_hardware_path(capsys, tmp_path, kind):
+    path = tmp_path / "hw.yaml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "empty":
+        write(path, "")
+    elif kind == "list":
+        write(path, "- h100\n")
+    elif kind == "malformed":
+        write(path, "gpu: {peak: [1,\n")
+    line = bad(capsys, "--model", "8b", "--gpus", "8", "--hardware", path)
+    assert_mentions(line, "--hardware", "hw.yaml")
+
+
+LLAMA_CFG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+             "max_position_embeddings": 131072}
+
+
+def hf(**change):
+    cfg = dict(LLAMA_CFG)
+    for k, v in change.items():
+        if v is ...:
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    return cfg
+
+
+HF_CASES = [
+    ("unsupported-model-type", hf(model_type="bert"), ["model_type", "bert", "not supported", "llama"]),
+    ("no-model-type", hf(model_type=...), ["model_type", "not supported"]),
+    ("missing-heads", hf(num_attention_heads=...), ["num_attention_heads", "missing"]),
+    ("null-heads", hf(num_attention_heads=None), ["num_attention_heads"]),
+    ("hidden-not-divisible-by-heads", hf(hidden_size=4000, num_attention_heads=48, num_key_value_heads=...),
+     ["hidden", "4000", "48"]),
+    ("kv-not-dividing-heads", hf(num_key_value_heads=5), ["kv_heads", "5", "32"]),
+    ("vocab-zero", hf(vocab_size=0), ["vocab_size", "0"]),
+    ("vocab-string", hf(vocab_size="128256"), ["vocab_size", "128256"]),
+    ("layers-float", hf(num_hidden_layers=32.5), ["num_hidden_layers", "32.5"]),
+    ("layers-bool", hf(num_hidden_layers=True), ["num_hidden_layers", "True"]),
+    ("gpt2-missing-n-head", {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "vocab_size": 50257}, ["n_head"]),
+    ("neox-missing-vocab", {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64,
+                            "intermediate_size": 256, "num_attention_heads": 4}, ["vocab_size"]),
+]
+
+
+@pytest.mark.parametrize("cfg, needles", [pytest.param(c, k, id=i) for i, c, k in HF_CASES])
+def test_bad_hf_config(capsys, tmp_path, cfg, needles):
+    path = write(tmp_path / "m" / "config.json", json.dumps(cfg))
+    line = bad(capsys, "--model", path, "--gpus", "8")
+    assert_mentions(line, "config.json", *needles)
+    # The directory holding config.json is accepted as --model too, with the same verdict.
+    assert bad(capsys, "--model", path.parent, "--gpus", "8") == line
+
+
+@pytest.mark.parametrize("cfg, field", [
+    pytest.param(hf(max_position_embeddings="1e3"), "max_position_embeddings", id="llama-positions-string"),
+    pytest.param(hf(max_position_embeddings=[4096]), "max_position_embeddings", id="llama-positions-list"),
+    pytest.param(hf(max_position_embeddings=float("nan")), "max_position_embeddings", id="llama-positions-nan"),
+    pytest.param(hf(max_position_embeddings=float("inf")), "max_position_embeddings", id="llama-positions-inf"),
+    pytest.param({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
+                  "n_positions": "x"}, "n_positions", id="gpt2-positions-string"),
+])
+def test_hf_non_integer_position_count_is_bad_input(capsys, tmp_path, cfg, field):
+    path = write(tmp_path / "config.json", json.dumps(cfg))
+    assert_mentions(bad(capsys, "--model", path, "--gpus", "8"), field)
+
+
+@pytest.mark.parametrize("text, needles", [
+    pytest.param("[1, 2, 3]", ["mapping", "list"], id="json-list"),
+    pytest.param("{\"model_type\": \"llama\",", ["not valid JSON"], id="truncated-json"),
+    pytest.param("", ["empty"], id="empty-json"),
+    pytest.param("null", ["mapping", "NoneType"], id="json-null"),
+])
+def test_bad_hf_json_document(capsys, tmp_path, text, needles):
+    path = write(tmp_path / "config.json", text)
+    line = bad(capsys, "--model", path, "--gpus", "8")
+    assert_mentions(line, "--model", *needles)
+
+
+def test_valid_hf_config_still_plans(capsys, tmp_path):
+    path = write(tmp_path / "my-llama" / "config.json", json.dumps(LLAMA_CFG))
+    code, out, err = run(capsys, "--model", path.parent, "--gpus", "8", "--format", "json", "--top", "1")
+    assert code == 0, err
+    assert json.loads(out)["model"]["name"] == "my-llama"
+
+
+# --- YAML safety -----------------------------------------------------------------------------------------------------
+
+EVIL_TAGS = [
+    '!!python/object/apply:os.system ["echo pwned > {marker}"]',
+    '!!python/object/apply:subprocess.check_output [["touch", "{marker}"]]',
+    '!!python/object/new:os.system ["echo pwned > {marker}"]',
+    '!!python/name:os.system',
+]
+
+
+@pytest.mark.parametrize("tag", EVIL_TAGS)
+@pytest.mark.parametrize("where", ["--model", "--hardware", "validate"])
+def test_yaml_python_tags_are_rejected_without_side_effects(capsys, tmp_path, tag, where):
+    marker = tmp_path / "pwned"
+    doc = write(tmp_path / "evil.yaml", f"name: x\nlayers: {tag.format(marker=marker)}\n")
+    if where == "--model":
+        argv = ["--model", doc, "--gpus", "8"]
+    elif where == "--hardware":
+        argv = ["--model", "8b", "--gpus", "8", "--hardware", doc]
+    else:
+        argv = ["validate", doc]
+    line = bad(capsys, *argv)
+    assert "evil.yaml" in line and "python" in line
+    assert not marker.exists(), "a python tag in a YAML input executed code"

@@ -1,0 +1,108 @@
+"""--output: a file gets exactly what stdout would, written atomically (temporary file, then rename); a failed run
+never creates, truncates or clobbers a file and leaves no temporary file behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_contract import assert_mentions, bad, run
+
+
+# --- output files ----------------------------------------------------------------------------------------------------
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_output_file_gets_exactly_what_stdout_would(capsys, tmp_path, fmt):
+    argv = ["--model", "8b", "--gpus", "16", "--top", "3"]
+    code, expected, _ = run(capsys, *argv, "--format", fmt)
+    assert code == 0
+    target = tmp_path / f"plan.{fmt}"
+    code, out, err = run(capsys, *argv, "--output", target)        # the suffix picks the format
+    assert code == 0, err
+    assert out == "" and str(target) in err
+    assert target.read_text() == expected
+    if fmt == "json":
+        assert len(json.loads(target.read_text())["configs"]) == 3
+    else:
+        assert target.read_text().splitlines()[0].startswith("tp,pp,dp,micro_batch")
+    assert leftovers(tmp_path) == []
+
+
+def test_output_with_explicit_format_and_other_suffix(capsys, tmp_path):
+    target = tmp_path / "plan.txt"
+    code, _, err = run(capsys, "--model", "8b", "--gpus", "8", "--format", "json", "--output", target)
+    assert code == 0, err
+    json.loads(target.read_text())
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["--model", "8b", "--gpus", "8", "--tp", "8", "--pp", "1", "--dp", "1"], id="pinned-layout"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--hardware", "h100,b200"], id="hardware-comparison"),
+    pytest.param(["sweep", "--model", "8b", "--gpus", "8,16"], id="sweep"),
+])
+def test_other_commands_write_output_files(capsys, tmp_path, argv):
+    target = tmp_path / "out.json"
+    code, out, err = run(capsys, *argv, "--output", target)
+    assert code == 0, err
+    assert out == ""
+    json.loads(target.read_text())
+    assert leftovers(tmp_path) == []
+
+
+def test_output_into_missing_directory_is_rejected_and_creates_nothing(capsys, tmp_path):
+    target = tmp_path / "no" / "such" / "dir" / "plan.json"
+    line = bad(capsys, "--model", "8b", "--gpus", "8", "--output", target)
+    assert_mentions(line, "--output", "does not exist")
+    assert not (tmp_path / "no").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_onto_a_directory_is_rejected(capsys, tmp_path):
+    (tmp_path / "plan.json").mkdir()
+    line = bad(capsys, "--model", "8b", "--gpus", "8", "--output", tmp_path / "plan.json")
+    assert_mentions(line, "--output", "directory")
+    assert leftovers(tmp_path) == [] and (tmp_path / "plan.json").is_dir()
+
+
+def test_output_without_a_format_is_rejected(capsys, tmp_path):
+    target = tmp_path / "x.txt"
+    line = bad(capsys, "--model", "8b", "--gpus", "8", "--output", target)
+    assert_mentions(line, "--output", "x.txt", "--format")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad_args", [
+    pytest.param(["--model", "450b", "--gpus", "8"], id="unknown-model"),
+    pytest.param(["--model", "8b", "--gpus", "0"], id="gpus-zero"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--tp", "3"], id="layout"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--zero", "7"], id="zero"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--hardware", "MISSING"], id="hardware-file"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--tokens", "lots"], id="tokens"),
+    pytest.param(["sweep", "--model", "8b", "--gpus", "64..8"], id="sweep-range"),
+])
+def test_failed_run_leaves_an_existing_output_file_untouched(capsys, tmp_path, bad_args):
+    target = tmp_path / "plan.json"
+    code, _, err = run(capsys, "--model", "8b", "--gpus", "8", "--output", target)
+    assert code == 0, err
+    before = target.read_bytes()
+    stat = target.stat()
+    args = [str(tmp_path / "missing-hw.yaml") if a == "MISSING" else a for a in bad_args]
+    bad(capsys, *args, "--output", target)
+    assert target.read_bytes() == before
+    assert target.stat().st_mtime_ns == stat.st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]      # no temp file left behind
+
+
+def test_nothing_fits_still_writes_the_closest_layouts_atomically(capsys, tmp_path):
+    target = tmp_path / "closest.json"
+    code, out, err = run(capsys, "--model", "405b", "--gpus", "16", "--output", target)
+    assert code == 1 and out == "" and "nothing fits" in err.lower()
+    doc = json.loads(target.read_text())
+    assert doc["configs"] == [] and doc["closest"] and doc["min_gpus_that_fit"]
+    assert leftovers(tmp_path) == []
