@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.step import TIME_PARTS
-from planner.search import Pins, SearchResult, require_valid, run_search
+from planner.search import SearchResult, pop_pins, require_valid, run_search
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,10 @@ class Evaluation:
                 f"[{mem}]; step {r['step_time_s']:.3f} s [{tim}]; MFU {r['mfu']:.3f}>")
 
 
-def evaluate(model="405b", gpus=512, tp=None, pp=None, dp=None, micro_batch=None, vpp=None,
-             sequence_parallel=None, recompute=None, zero_stage=None, **kwargs) -> Evaluation:
-    """Evaluate one layout (pinned knobs); keyword arguments are those of `run_search`."""
-    pins = Pins(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
-                recompute=recompute, zero_stage=zero_stage)
+def evaluate(model="405b", gpus=512, **kwargs) -> Evaluation:
+    """Evaluate one layout. Pin its knobs by name (tp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
+    zero_stage: the fields of specs.strategy.Layout); the other keyword arguments are those of `run_search`."""
+    pins = pop_pins(kwargs)
     result = require_valid(run_search(model, gpus, pins=pins, find_min_gpus=False, **kwargs))
     row = result.table.iloc[0] if len(result.table) else result.closest.iloc[0]
     return Evaluation(row=row.to_dict(), result=result)

@@ -7,7 +7,7 @@ One numpy column per knob; every candidate is evaluated by the same vectorised c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from itertools import product
 
 import numpy as np
@@ -19,8 +19,8 @@ from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
-from planner.specs.strategy import (RECOMPUTE, ZERO_STAGES, Job, Precision, Runtime, recompute_code,
-                                    zero_code)
+from planner.specs.strategy import (LAYOUT_KNOBS, RECOMPUTE, ZERO_STAGES, Job, Layout, Precision, Runtime,
+                                    recompute_code, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -31,18 +31,9 @@ CHUNK_ROWS = 200_000
 MAX_MICRO_BATCH = 1024
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Knobs the user fixed; None = search over it."""
-
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    micro_batch: int | None = None
-    vpp: int | None = None
-    sequence_parallel: bool | None = None
-    recompute: str | None = None
-    zero_stage: int | None = None
+Pins = make_dataclass("Pins", [(f.name, f"{f.type} | None", field(default=None)) for f in fields(Layout)],
+                      frozen=True, namespace={"__doc__": "Knobs the user fixed, one per Layout field; None = search "
+                                                         "over it."})
 
 
 @dataclass
@@ -99,20 +90,12 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
 
 def check_pins(pins: Pins, job: Job) -> None:
     """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
+    Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})      # types and ranges, as any layout
     upper = {"tp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch, "vpp": 1024}
-    for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
+    for name, limit in upper.items():
         value = getattr(pins, name)
-        flag = f"--{name.replace('_', '-')}"
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise PlannerError(flag, f"got {value!r}, expected a positive integer")
-        if value is not None and value > upper[name]:
-            raise PlannerError(flag, f"got {value:,}, expected at most {upper[name]:,}")
-    if pins.sequence_parallel is not None and not isinstance(pins.sequence_parallel, (bool, np.bool_)):
-        raise PlannerError("--sequence-parallel", f"got {pins.sequence_parallel!r}, expected True or False")
-    if pins.recompute is not None:
-        recompute_code(pins.recompute)
-    if pins.zero_stage is not None:
-        zero_code(pins.zero_stage)
+        if value is not None and value > limit:
+            raise PlannerError(f"--{name.replace('_', '-')}", f"got {value:,}, expected at most {limit:,}")
     n = job.gpus
     pinned = {k: getattr(pins, k) for k in ("tp", "pp", "dp") if getattr(pins, k) is not None}
     if len(pinned) == 3 and math.prod(pinned.values()) != n:
@@ -280,13 +263,17 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
     return None
 
 
+def pop_pins(kwargs: dict) -> Pins:
+    """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments."""
+    return Pins(**{k: kwargs.pop(k) for k in LAYOUT_KNOBS if k in kwargs})
+
+
 def search(model="405b", gpus=512, **kwargs):
     """Ranked layouts as a pandas DataFrame, best first; `df.attrs` holds considered/rejected counts.
 
     Keyword arguments are those of `run_search`; pinning knobs may be given directly (tp=8, recompute="full").
     """
-    pin_keys = set(Pins.__dataclass_fields__)
-    pins = Pins(**{k: kwargs.pop(k) for k in list(kwargs) if k in pin_keys})
+    pins = pop_pins(kwargs)
     result = require_valid(run_search(model, gpus, pins=pins, **kwargs))
     df = result.table
     df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,

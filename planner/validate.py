@@ -9,24 +9,25 @@ Korthikanti/PaLM/torchtitan/MosaicML count model FLOPs), so predicted and measur
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from planner.cost import flops
 from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
-from planner.specs.strategy import Precision, Runtime
+from planner.specs.strategy import Layout, Precision, Runtime, check_knobs
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 # Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
 FIT_GROUPS = ("Korthikanti2022 Table 3/5", "Megatron-Core r0.8.0 README",
               "Megatron-LM 2020 README (model-parallel weak scaling, 1 node, V100 DGX-2)")
+_FIELD_TYPES = {"int": int, "bool": bool, "str": str}     # Layout's annotations (strings under __future__)
 THROUGHPUT_KEYS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 
 
@@ -34,15 +35,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RunLayout(_Strict):
-    tp: int | None = Field(default=None, ge=1)
-    pp: int | None = Field(default=None, ge=1)
-    dp: int | None = Field(default=None, ge=1)
-    micro_batch: int | None = Field(default=None, ge=1)
-    vpp: int | None = Field(default=None, ge=1)
-    sequence_parallel: bool | None = None
-    recompute: Literal["none", "selective", "full"] | None = None
-    zero_stage: int | None = Field(default=None, ge=0, le=3)
+def _check_layout(run_layout: BaseModel) -> BaseModel:
+    try:
+        check_knobs(run_layout.model_dump())
+    except PlannerError as exc:
+        raise ValueError(str(exc)) from None
+    return run_layout
+
+
+# The knobs a source states, one per Layout field (absent = searched); values are checked by Layout's own rules.
+RunLayout = create_model(
+    "RunLayout", __base__=_Strict, __validators__={"_check": model_validator(mode="after")(_check_layout)},
+    **{f.name: (_FIELD_TYPES[f.type] | None, None) for f in fields(Layout)})
 
 
 class RunRuntime(_Strict):

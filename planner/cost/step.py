@@ -20,10 +20,10 @@ from planner.cost import comm, compute, flops, memory
 from planner.cost.pipeline import layers_per_stage, stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Precision, Runtime
+from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
 
 TIME_PARTS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
-KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
+KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
 
 
 def optimizer_bytes_per_param(precision: Precision) -> float:

@@ -1,14 +1,19 @@
 """How a job is split and run: the training job, the parallel layout, precision and runtime features.
 
-One small dataclass owns the parallel degrees (torchtitan's ParallelDims idea), listed once in `PARALLEL_DIMS`.
-Context or expert parallelism adds a name there, a candidate column (cost.step.KNOBS, search.enumerate_candidates),
-its validity rules (constraints) and its cost terms; the existing dimensions do not change.
+One small dataclass owns the layout knobs (torchtitan's ParallelDims idea): `Layout`'s fields are the knob list.
+The search's pins (search.Pins), the knobs of a validation run (validate.RunLayout) and the cost layer's candidate
+columns (KNOB_COLUMNS, cost.step.KNOBS) are derived from them. Context or expert parallelism adds a Layout field
+(and a name in `PARALLEL_DIMS`), its enumeration (search.enumerate_candidates), its validity rules (constraints)
+and its cost terms; the existing dimensions do not change.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from numbers import Integral
+
+import numpy as np
 
 from planner.errors import PlannerError
 
@@ -114,8 +119,12 @@ class Layout:
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "micro_batch", "vpp"):
             value = getattr(self, f)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < 1:
                 raise PlannerError(f"--{f.replace('_', '-')}", f"got {value!r}, expected a positive integer")
+            object.__setattr__(self, f, int(value))
+        if not isinstance(self.sequence_parallel, (bool, np.bool_)):
+            raise PlannerError("--sequence-parallel", f"got {self.sequence_parallel!r}, expected True or False")
+        object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         object.__setattr__(self, "recompute", RECOMPUTE[recompute_code(self.recompute)])
         object.__setattr__(self, "zero_stage", zero_code(self.zero_stage))
 
@@ -130,3 +139,20 @@ class Layout:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The knob list, in Layout's order, and each knob's candidate-column name in the cost layer (two are shortened).
+LAYOUT_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
+KNOB_COLUMNS: dict[str, str] = {k: {"sequence_parallel": "sp", "zero_stage": "zero"}.get(k, k) for k in LAYOUT_KNOBS}
+
+
+def check_knobs(values: dict) -> Layout:
+    """Check the given knobs (a partial layout; absent or None = open) with Layout's own rules; the error names the
+    knob as written in files and keyword arguments (``tp``, not ``--tp``)."""
+    given = {k: v for k, v in values.items() if v is not None}
+    for name, value in given.items():
+        try:
+            Layout(**{name: value})
+        except PlannerError as exc:
+            raise PlannerError(name, exc.message) from None
+    return Layout(**given)

@@ -1,0 +1,55 @@
+"""The layout knobs are listed once (Layout's fields); pins, validation-file layouts and cost columns follow them."""
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from planner.cost.step import KNOBS
+from planner.errors import PlannerError
+from planner.search import Pins
+from planner.specs.strategy import KNOB_COLUMNS, LAYOUT_KNOBS, Layout, check_knobs
+from planner.validate import RunLayout
+
+
+def test_every_knob_list_is_derived_from_layout():
+    names = [f.name for f in fields(Layout)]
+    assert list(LAYOUT_KNOBS) == names
+    assert [f.name for f in fields(Pins)] == names
+    assert list(RunLayout.model_fields) == names
+    assert list(KNOB_COLUMNS) == names and KNOBS == tuple(KNOB_COLUMNS[k] for k in names)
+    assert all(getattr(Pins(), k) is None and getattr(RunLayout(), k) is None for k in names)
+
+
+@pytest.mark.parametrize("knob, value, expected", [
+    ("tp", 0, "tp: got 0, expected a positive integer"),
+    ("micro_batch", True, "micro_batch: got True, expected a positive integer"),
+    ("sequence_parallel", 1, "sequence_parallel: got 1, expected True or False"),
+    ("recompute", "most", "recompute: got 'most', expected one of none, selective, full"),
+    ("zero_stage", 5, "zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3"),
+])
+def test_check_knobs_names_the_knob_as_written_in_files(knob, value, expected):
+    with pytest.raises(PlannerError) as err:
+        check_knobs({knob: value})
+    assert str(err.value) == expected
+
+
+def test_layout_takes_numpy_scalars_and_stores_plain_python_values():
+    lay = Layout(tp=np.int64(8), sequence_parallel=np.bool_(True), recompute="FULL", zero_stage="zero-1")
+    assert (lay.tp, lay.sequence_parallel, lay.recompute, lay.zero_stage) == (8, True, "full", 1)
+    assert type(lay.tp) is int and type(lay.sequence_parallel) is bool
+    assert check_knobs({"tp": 4, "pp": None}) == Layout(tp=4)
+
+
+def test_a_runs_file_with_a_bad_knob_names_the_run_and_the_knob(tmp_path):
+    import yaml
+
+    from planner.validate import BUNDLED_RUNS, load_runs
+
+    run = yaml.safe_load(BUNDLED_RUNS.read_text())["runs"][0]
+    run["layout"]["zero_stage"] = 5
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    with pytest.raises(PlannerError) as err:
+        load_runs(path)
+    assert str(err.value) == "runs file runs.yaml: runs.0.layout: zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3"
