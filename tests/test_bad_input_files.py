@@ -7,6 +7,7 @@ import json
 
 import pytest
 from cli_contract import assert_mentions, bad, run, write
+from helpers import gpt2_small_core, llama_31_8b_core
 
 from planner.specs.hardware import hardware_dir
 from planner.specs.model import PRESETS_DIR
@@ -128,19 +129,24 @@ def test_bad_hardware_path(capsys, tmp_path, kind):
     assert_mentions(line, "--hardware", "hw.yaml")
 
 
-LLAMA_CFG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-             "max_position_embeddings": 131072}
-
-
-def hf(**change):
-    cfg = dict(LLAMA_CFG)
+def changed(cfg, **change):
+    """cfg with each keyword set, or removed when its value is ... (Ellipsis)."""
     for k, v in change.items():
         if v is ...:
             cfg.pop(k)
         else:
             cfg[k] = v
     return cfg
+
+
+def hf(**change):
+    """The short Llama 3.1 8B config.json (tests/helpers.py), changed."""
+    return changed(llama_31_8b_core(), **change)
+
+
+def gpt2(**change):
+    """The short GPT-2 small config.json (tests/helpers.py), changed."""
+    return changed(gpt2_small_core(), **change)
 
 
 HF_CASES = [
@@ -155,7 +161,7 @@ HF_CASES = [
     ("vocab-string", hf(vocab_size="128256"), ["vocab_size", "128256"]),
     ("layers-float", hf(num_hidden_layers=32.5), ["num_hidden_layers", "32.5"]),
     ("layers-bool", hf(num_hidden_layers=True), ["num_hidden_layers", "True"]),
-    ("gpt2-missing-n-head", {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "vocab_size": 50257}, ["n_head"]),
+    ("gpt2-missing-n-head", gpt2(n_head=..., n_positions=...), ["n_head"]),
     ("neox-missing-vocab", {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64,
                             "intermediate_size": 256, "num_attention_heads": 4}, ["vocab_size"]),
 ]
@@ -175,8 +181,7 @@ def test_bad_hf_config(capsys, tmp_path, cfg, needles):
     pytest.param(hf(max_position_embeddings=[4096]), "max_position_embeddings", id="llama-positions-list"),
     pytest.param(hf(max_position_embeddings=float("nan")), "max_position_embeddings", id="llama-positions-nan"),
     pytest.param(hf(max_position_embeddings=float("inf")), "max_position_embeddings", id="llama-positions-inf"),
-    pytest.param({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
-                  "n_positions": "x"}, "n_positions", id="gpt2-positions-string"),
+    pytest.param(gpt2(n_positions="x"), "n_positions", id="gpt2-positions-string"),
 ])
 def test_hf_non_integer_position_count_is_bad_input(capsys, tmp_path, cfg, field):
     path = write(tmp_path / "config.json", json.dumps(cfg))
@@ -196,7 +201,7 @@ def test_bad_hf_json_document(capsys, tmp_path, text, needles):
 
 
 def test_valid_hf_config_still_plans(capsys, tmp_path):
-    path = write(tmp_path / "my-llama" / "config.json", json.dumps(LLAMA_CFG))
+    path = write(tmp_path / "my-llama" / "config.json", json.dumps(hf()))
     code, out, err = run(capsys, "--model", path.parent, "--gpus", "8", "--format", "json", "--top", "1")
     assert code == 0, err
     assert json.loads(out)["model"]["name"] == "my-llama"

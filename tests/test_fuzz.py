@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import gpt2_small_core, llama_31_8b_core
 
 from planner.cli import main
 from planner.specs.hardware import hardware_dir
@@ -40,10 +41,8 @@ HARDWARE_NAMES = ["h100-sxm", "h100", "a100-40gb", "a100", "a100-80gb", "h200-sx
                   "dgx-h100", "H100"]
 H100_DOC = yaml.safe_load((hardware_dir() / "h100-sxm.yaml").read_text())
 MODEL_DOC = yaml.safe_load((PRESETS_DIR / "llama-3.1-8b.yaml").read_text())
-HF_DOC = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-          "max_position_embeddings": 131072, "tie_word_embeddings": False, "head_dim": 128}
-GPT2_DOC = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+HF_DOC = dict(llama_31_8b_core(), tie_word_embeddings=False, head_dim=128)
+GPT2_DOC = gpt2_small_core()
 NEOX_DOC = {"model_type": "gpt_neox", "num_hidden_layers": 16, "hidden_size": 2048, "intermediate_size": 8192,
             "num_attention_heads": 16, "vocab_size": 50304, "max_position_embeddings": 2048}
 

@@ -2,14 +2,10 @@
 
 import numpy as np
 import pytest
+from helpers import rel
 
 from planner.cost import flops
 from planner.specs.model import load_model
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
-
 
 # (preset, L, h, V): GPT-3 175B (Brown 2020 Table 2.1 in Megatron config, Narayanan 2021 §5) and Korthikanti's 22B
 # (Table 3). Both q = kv = h, F = 4h, GeLU.

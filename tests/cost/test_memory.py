@@ -4,17 +4,13 @@ import math
 
 import numpy as np
 import pytest
+from helpers import rel
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner.cost import memory
 from planner.specs.model import load_model
 from planner.specs.strategy import Precision
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
-
 
 # --- activations: Korthikanti et al. 2022 Table 2 -------------------------------------------------------------------
 

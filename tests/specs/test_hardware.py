@@ -5,15 +5,12 @@ unit conventions in the YAML key names (GB = 1e9 B, Gbit = 1e9 bit, GiB = 2^30 B
 """
 
 import pytest
+from helpers import rel
 
 from planner.errors import PlannerError
 from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
 
 GIB = 2**30
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
 
 
 def test_every_bundled_profile_loads_and_includes_the_main_parts():

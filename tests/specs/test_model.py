@@ -7,15 +7,11 @@ from the architecture (formulas.md §1), never a value read back from the planne
 import json
 
 import pytest
+from helpers import gpt2_small_config, llama_31_8b_config, rel
 
 from planner.cost.params import total_params
 from planner.errors import PlannerError
 from planner.specs.model import load_model
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
-
 
 # --- presets vs published counts -----------------------------------------------------------------------------------
 
@@ -99,17 +95,7 @@ def test_unknown_model_name_without_close_match_still_raises():
 
 # --- HuggingFace config.json -----------------------------------------------------------------------------------------
 
-LLAMA_31_8B_CONFIG = {  # meta-llama/Llama-3.1-8B config.json
-    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
-    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False,
-    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
-    "vocab_size": 128256,
-}
+LLAMA_31_8B_CONFIG = llama_31_8b_config()  # meta-llama/Llama-3.1-8B config.json
 
 MISTRAL_7B_CONFIG = {  # mistralai/Mistral-7B-v0.1 config.json
     "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
@@ -128,12 +114,7 @@ QWEN2_05B_CONFIG = {  # Qwen/Qwen2-0.5B config.json
     "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
 }
 
-GPT2_SMALL_CONFIG = {  # openai-community/gpt2 config.json
-    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
-    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
-    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": None,
-    "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
-}
+GPT2_SMALL_CONFIG = gpt2_small_config()  # openai-community/gpt2 config.json
 
 PYTHIA_160M_CONFIG = {  # EleutherAI/pythia-160m config.json
     "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",

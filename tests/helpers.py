@@ -1,0 +1,50 @@
+"""Helpers more than one test file uses: the relative-error helper and the HuggingFace config.json documents of the
+models several files build. Each config function returns a fresh dict, so a test may change its copy freely."""
+
+from __future__ import annotations
+
+
+def rel(a, b):
+    """Relative error of a against the reference value b: |a - b| / |b|."""
+    return abs(a - b) / abs(b)
+
+
+# --- HuggingFace config.json documents -------------------------------------------------------------------------------
+
+def llama_31_8b_config() -> dict:
+    """meta-llama/Llama-3.1-8B config.json, verbatim."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False,
+        "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
+        "vocab_size": 128256,
+    }
+
+
+def llama_31_8b_core() -> dict:
+    """The short form: model_type and the size fields only (in this order), values from llama_31_8b_config()."""
+    full = llama_31_8b_config()
+    keys = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+            "num_key_value_heads", "vocab_size", "max_position_embeddings")
+    return {k: full[k] for k in keys}
+
+
+def gpt2_small_config() -> dict:
+    """openai-community/gpt2 config.json, verbatim."""
+    return {
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+        "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+        "n_inner": None, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
+    }
+
+
+def gpt2_small_core() -> dict:
+    """The short form: model_type and the size fields only (in this order), values from gpt2_small_config()."""
+    full = gpt2_small_config()
+    return {k: full[k] for k in ("model_type", "n_layer", "n_embd", "n_head", "vocab_size", "n_positions")}
