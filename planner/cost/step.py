@@ -6,7 +6,9 @@ compute and TP comm are m micro-batches through the slowest pipeline stage; the 
 micro-batch's forward + backward on that stage (Narayanan et al. 2021 §2.2); DP communication overlaps the
 backward of the last micro-batch (gradients) and the forward of the first (parameter all-gather), as Megatron's
 --overlap-grad-reduce / --overlap-param-gather and PyTorch DDP/FSDP buckets do, and only the rest is exposed
-(Calculon's overlap window, Isaev et al. SC'23). ZeRO-3 gathers parameters for every micro-batch (ZeRO §7).
+(Calculon's overlap window, Isaev et al. SC'23); with v interleaved chunks Megatron-Core syncs chunk by chunk,
+which widens both windows to (1 + (v − 1)·p)/v micro-batch passes. ZeRO-3 gathers parameters for every micro-batch
+(ZeRO §7).
 
 `step_columns` takes one numpy column per knob and returns one column per result: the search calls it on every
 candidate at once and `evaluate` on a single layout, so they cannot disagree.
@@ -181,8 +183,15 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
     ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, span=group)
     rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, span=group)
-    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd, 0.0)
-    hide_params = np.where(rt.overlap_param_gather, stage_fwd, 0.0)
+    # Overlap windows. Without interleaving: the last micro-batch's backward (gradient buckets) and the first one's
+    # forward (parameter buckets). Interleaved (v chunks), Megatron-Core launches each chunk's gradient sync as soon
+    # as the chunk's last micro-batch backward ends and prefetches each chunk's parameters as the previous chunk's
+    # first forward starts (schedules.py, grad_sync_func / param_sync_func); the final group of p micro-batches runs
+    # through the chunks one after another, so the window spans the chunk's own pass plus (v - 1)·p chunk passes
+    # (Calculon likewise widens the interleaved window to p chunk backwards per chunk, formulas.md §6).
+    window = (1 + (v - 1) * p) / v
+    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
+    hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
     # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     # Overlap never hides the edges: the last gradient bucket (the first layers, reduced after the backward ends)
