@@ -198,7 +198,7 @@ def _validation_layout(p) -> str:
                                                          "sequence_parallel")}
     return (f"TP{r['tp']} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
             f"v{r['vpp']}{star['vpp']} {r['recompute']}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
-            f"{' SP' if r['sequence_parallel'] else ''}")
+            f"{' SP' + star['sequence_parallel'] if r['sequence_parallel'] else ''}")
 
 
 def validation_record(p) -> dict:
