@@ -302,6 +302,9 @@ def validate_cmd(
     if fmt is Format.csv:
         raise PlannerError("--format", "validate supports table or json")
     preds = predict_all(load_runs(runs_file))
+    failed = next((p for p in preds if p.error is not None), None)
+    if failed is not None:              # a run the planner cannot express is an error in the runs file
+        raise PlannerError(f"run {failed.run.id}", failed.error)
     stats = summarize(preds)
     if fmt is Format.json:
         _emit(report.json_text(report.validation_document(preds, stats)), output)

@@ -216,7 +216,8 @@ def validation_record(p) -> dict:
 
 
 def validation_document(preds, stats) -> dict:
-    return {"runs": [validation_record(p) for p in preds], "summary": stats,
+    summary = {group: {k: _plain(v) for k, v in values.items()} for group, values in stats.items()}
+    return {"runs": [validation_record(p) for p in preds], "summary": summary,
             "notes": "throughput_error = measured step time / predicted step time - 1 (+ = planner optimistic); "
                      "searched_knobs were not stated by the source and take the planner's best choice"}
 

@@ -119,9 +119,23 @@ def test_validate_users_own_file(tmp_path):
     path.write_text(yaml.safe_dump(mine))
     res = runner.invoke(app, ["validate", str(path), "--format", "json"])
     assert res.exit_code == 0
-    doc = json.loads(res.stdout)
+    doc = json.loads(res.stdout, parse_constant=_no_json_constants)     # strict JSON: no NaN / Infinity
     assert [r["id"] for r in doc["runs"]] == ["my_cluster_175b"]
     assert abs(doc["runs"][0]["throughput_error"]) < 0.1
+    assert doc["summary"]["held-out runs"] == {"runs": 0, "mean": None, "median": None, "max": None}
+
+
+def _no_json_constants(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def test_validate_run_the_planner_cannot_express_is_one_line(tmp_path, capsys):
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "korthikanti2022_175b_full_recompute")
+    run["id"], run["gpus"] = "my_run", 32                    # TP8 x PP8 x DP1 cannot make 32 GPUs
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    assert_mentions(bad_line(capsys, "validate", path), "run my_run", "layout", "gpus(32)")
 
 
 def test_validate_bad_file_is_one_line(tmp_path, capsys):
