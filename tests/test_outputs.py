@@ -1,11 +1,13 @@
 """Launch-flag export, explain report, plots, notebook helpers and the examples script."""
 
 import json
+import math
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from cli_contract import assert_mentions, bad
 from typer.testing import CliRunner
 
@@ -148,3 +150,17 @@ def test_examples_script_runs():
                          timeout=300)
     assert res.returncode == 0, res.stderr
     assert "published runs" in res.stdout and "styled HTML table" in res.stdout
+
+
+@pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5)])
+def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
+    """torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual stages (its pipeline split):
+    the export must give exactly PP x VPP of them, with the plan's layers per chunk (Llama 405B: 126 layers on
+    16 stages is Megatron's uneven (L + 2)/p split; 70B: 80/4 is even)."""
+    ev = _best(model, gpus, pp=pp, vpp=vpp)
+    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
+    par = tomllib.loads(text)["parallelism"]
+    slots = ev.result.model.layers + par["pipeline_parallel_first_stage_less_layers"] \
+        + par["pipeline_parallel_last_stage_less_layers"]
+    assert math.ceil(slots / par["pipeline_parallel_layers_per_stage"]) == pp * vpp
+    assert par["pipeline_parallel_layers_per_stage"] == {(16, 8): 1, (16, 4): 2, (4, 5): 4}[(pp, vpp)]
