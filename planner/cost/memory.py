@@ -98,7 +98,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     the logits of one micro-batch.
     other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
     recomputed, and under ZeRO-3 the gathered 16-bit parameters of the current and the prefetched unit (two layers
-    for FSDP's per-block wrapping, two of the largest weight matrices for DeepSpeed's per-module gathering).
+    for FSDP's per-block wrapping, two of the largest weight matrices for DeepSpeed's per-module gathering) plus
+    the current unit's unsharded gradient before its reduce-scatter.
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
@@ -112,7 +113,9 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
                                    precision.activation_bytes)
     unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
             else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
-    gathered = np.where(np.asarray(zero) >= 3, 2 * precision.param_bytes * unit, 0.0)
+    # ZeRO-3: two gathered 16-bit units (the current one and the prefetched next) and the current unit's unsharded
+    # gradient, which exists until its reduce-scatter has run (FSDP's reduce-scatter input; DeepSpeed's bucket).
+    gathered = np.where(np.asarray(zero) >= 3, (2 * precision.param_bytes + precision.grad_bytes) * unit, 0.0)
     other = overhead_bytes + work + gathered
 
     best_parts, best_total, best_stage = None, None, None
