@@ -40,7 +40,7 @@ def _save(fig, path: Path, plt) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower().lstrip("."), bbox_inches="tight", dpi=120)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue(), flag="--plot")
 
 
 def plot_search(result, path, top: int = 10) -> Path:

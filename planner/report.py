@@ -291,8 +291,9 @@ def frame_records(df) -> list[dict]:
     return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
 
 
-def write_atomic(path, data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file."""
+def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
+    """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file.
+    Errors name `flag`, the option that gave the path."""
     import os
     import tempfile
     from pathlib import Path
@@ -301,9 +302,9 @@ def write_atomic(path, data: str | bytes) -> None:
 
     target = Path(path).expanduser()
     if target.is_dir():
-        raise PlannerError("--output", f"{target} is a directory; expected a file path")
+        raise PlannerError(flag, f"{target} is a directory; expected a file path")
     if not target.parent.is_dir():
-        raise PlannerError("--output", f"directory {target.parent} does not exist")
+        raise PlannerError(flag, f"directory {target.parent} does not exist")
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -317,7 +318,7 @@ def write_atomic(path, data: str | bytes) -> None:
         os.replace(tmp, target)
         tmp = None
     except OSError as exc:
-        raise PlannerError("--output", f"cannot write {target}: {exc.strerror or exc}") from None
+        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

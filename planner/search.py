@@ -302,12 +302,17 @@ def _invalid_layout_error(result: SearchResult) -> PlannerError:
     # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
     ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
     reason = ranked[0]
-    detail = "; ".join(f"{r} ({reasons[r]:,})" for r in ranked[:3])
+    detail = "; ".join(f"{r} ({reasons[r]:,} layouts)" for r in ranked[:3])
     named = [f for f in flags_of[reason] if f in pin_names]
     flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
     given = ", ".join(f"{p}={v}" for p, v in pinned.items())
     where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
     hint = ""
+    if reason.startswith("TP exceeds"):
+        hint = "; --allow-cross-node-tp lets TP span nodes"
+    elif reason.startswith("interleaving: VPP") and "pp" in pinned:
+        slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
+        hint = f"; with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}"
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
         hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
                 f"(e.g. {1 << (n.bit_length() - 1)})")

@@ -128,6 +128,9 @@ def test_plots_are_valid_png_and_svg(tmp_path, capsys):
     assert "<svg" in head or "<?xml" in head
     capsys.readouterr()
     assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "x.jpg"), "--plot")
+    # an unwritable plot path is named by the flag that gave it
+    line = bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "missing" / "x.png")
+    assert line.startswith("error: --plot:") and "does not exist" in line
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
