@@ -49,6 +49,7 @@ class SearchResult:
     runtime: Runtime = field(default_factory=Runtime)
     min_gpus_that_fit: int | None = None
     pins: Pins = Pins()
+    precision: Precision = field(default_factory=Precision)
 
     @property
     def capacity_bytes(self) -> float:
@@ -204,7 +205,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
         rejected[constraints.FIT_REASON] = len(over)
         over = over.assign(overflow_gib=over["memory_gib"] - capacity / GIB)
         over = over.sort_values(["overflow_gib", "tokens_per_s"], ascending=[True, False]).reset_index(drop=True)
-    result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime, pins=pins)
+    result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime, pins=pins,
+                          precision=precision)
     if len(table) == 0 and len(over) and find_min_gpus:
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)

@@ -47,7 +47,7 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     cols = {k: np.array([v[k] for _, v in variants]) for k in KNOBS}
     rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True)
     _, valid = constraints.first_failure(rules, len(variants))
-    out = step_columns(res.model, res.hardware, res.job, cols, runtime=res.runtime)
+    out = step_columns(res.model, res.hardware, res.job, cols, precision=res.precision, runtime=res.runtime)
     cap = res.capacity_bytes
     base_mem, base_step = row["memory_gib"] * GIB, row["step_time_s"]
     lines = []

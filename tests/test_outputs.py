@@ -167,3 +167,23 @@ def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
         + par["pipeline_parallel_last_stage_less_layers"]
     assert math.ceil(slots / par["pipeline_parallel_layers_per_stage"]) == pp * vpp
     assert par["pipeline_parallel_layers_per_stage"] == {(16, 8): 1, (16, 4): 2, (4, 5): 4}[(pp, vpp)]
+
+
+def test_whatif_numbers_use_the_evaluated_precision():
+    """A what-if is the same evaluation with one knob changed: its memory must equal evaluating that variant with
+    the same (non-default) precision."""
+    import re
+
+    from planner.specs.strategy import Precision
+    from planner.whatif import suggestions
+
+    prec = Precision(grad_bytes=2)
+    pins = dict(tp=8, pp=16, dp=4, recompute="selective", zero_stage=0, sequence_parallel=True, micro_batch=1)
+    ev = _best("405b", 512, precision=prec, **pins)
+    tips = suggestions(ev)
+    assert tips
+    for tip in tips:
+        label, rest = tip.split(":", 1)
+        variant = _best("405b", 512, precision=prec, **{**pins, "vpp": int(ev.row["vpp"]), **_knob_of(label)})
+        shown = float(re.search(r"\(([\d.]+) GiB\)", rest).group(1))
+        assert shown == pytest.approx(variant.row["memory_gib"], abs=0.051), tip
