@@ -137,7 +137,8 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             head_dim=_hf_field(cfg, "head_dim", where, 0) or None,
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
-            gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="rmsnorm",
+            # transformers' defaults when the key is absent: GemmaConfig ties the embeddings, the others do not.
+            gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", mtype == "gemma")), norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
             qkv_bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
         )

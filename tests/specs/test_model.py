@@ -171,6 +171,26 @@ def test_hf_qwen2_parameter_count_exact(tmp_path):
     assert total_params(m) == expected
 
 
+# google/gemma-7b config.json (size fields; like the published file it has no tie_word_embeddings key).
+GEMMA_7B_CONFIG = {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 3072,
+                   "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+                   "hidden_act": "gelu"}
+
+
+def test_hf_gemma_ties_embeddings_by_default(tmp_path):
+    """transformers' GemmaConfig defaults tie_word_embeddings to True. Gemma 7B by hand: per layer 2·3072·4096 (q, o;
+    16 heads × 256) + 2·3072·4096 (k, v) + 3·3072·24576 (GeGLU) + 2·3072 (norms) = 276,830,208; × 28 layers, one
+    256000 × 3072 embedding, a final norm: 8,537,680,896 (the 8.54B of the model card)."""
+    m = load_model(write_config(tmp_path, GEMMA_7B_CONFIG))
+    assert m.tied_embeddings and m.head_dim == 256
+    layer = 4 * 3072 * 4096 + 3 * 3072 * 24576 + 2 * 3072
+    assert layer == 276_830_208
+    assert total_params(m) == 28 * layer + 256000 * 3072 + 3072 == 8_537_680_896
+    untied = load_model(write_config(tmp_path, {**GEMMA_7B_CONFIG, "tie_word_embeddings": False}, "untied"))
+    assert not untied.tied_embeddings and total_params(untied) == 8_537_680_896 + 256000 * 3072
+
+
 def test_hf_gpt2_small_config_124m(tmp_path):
     m = load_model(write_config(tmp_path, GPT2_SMALL_CONFIG))
     assert (m.layers, m.hidden, m.heads, m.vocab, m.seq_len) == (12, 768, 12, 50257, 1024)
