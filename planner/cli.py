@@ -122,6 +122,8 @@ def plan(
     pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
     out = _out()
+    _reject_unused(hardware="," in hardware, pinned=tp is not None and pp is not None and dp is not None,
+                   export=export, plot=plot, sort=sort, fmt=fmt)
 
     if "," in hardware:
         from planner.sweep import compare_hardware
@@ -141,6 +143,14 @@ def plan(
 
     if tp is not None and pp is not None and dp is not None:
         ev = evaluate(model, gpus, **pins, **common)
+        if budget["tokens"] is not None:
+            import pandas as pd
+
+            from planner.sweep import add_budget_columns
+
+            frame = add_budget_columns(pd.DataFrame([ev.row]), budget["tokens"], gpus, ev.result.hardware,
+                                       budget["price_usd_per_gpu_hour"], budget["pue"])
+            ev.row.update(frame.iloc[0].to_dict())
         if fmt is Format.table:
             report.print_breakdown(ev, out)
         elif fmt is Format.json:
@@ -177,6 +187,22 @@ def plan(
             print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
                   file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt) -> None:
+    """A flag the chosen mode would ignore is an error, not a silent no-op."""
+    from planner.sweep import SORT_KEYS
+
+    if sort not in SORT_KEYS:
+        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
+    if sort != "throughput" and not hardware:
+        raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
+    if export is not None and (hardware or plot is not None or fmt is not Format.table):
+        other = "--hardware with several profiles" if hardware else ("--plot" if plot is not None else "--format")
+        raise PlannerError("--export", f"prints one layout's launch settings; it does not combine with {other}")
+    if plot is not None and (hardware or pinned):
+        raise PlannerError("--plot", "draws a ranked search of one hardware profile; not with "
+                                     + ("several --hardware profiles" if hardware else "a pinned --tp/--pp/--dp"))
 
 
 def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:

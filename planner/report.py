@@ -156,6 +156,9 @@ def print_breakdown(ev, out: Console) -> None:
     out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
               f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
+    if "time_to_train_days" in r:
+        out.print(f"Training budget: {r['time_to_train_days']:,.1f} days, {r['gpu_hours']:,.0f} GPU-hours, "
+                  f"{_money(r['cost_usd'])}, {r['energy_mwh']:,.0f} MWh.")
     out.print(bubble_line(r))
     out.print(f"Rank order {r['placement']} (TP innermost):")
     for line in placement_lines(r, hw):

@@ -187,3 +187,15 @@ def test_whatif_numbers_use_the_evaluated_precision():
         variant = _best("405b", 512, precision=prec, **{**pins, "vpp": int(ev.row["vpp"]), **_knob_of(label)})
         shown = float(re.search(r"\(([\d.]+) GiB\)", rest).group(1))
         assert shown == pytest.approx(variant.row["memory_gib"], abs=0.051), tip
+
+
+def test_tokens_budget_for_a_pinned_layout(capsys):
+    """--tokens works with a pinned layout too: the breakdown prints the budget and the JSON carries it, computed
+    from that layout's own throughput (days = tokens / tokens_per_s / 86400)."""
+    argv = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--tokens", "15T"]
+    main(argv + ["--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["time_to_train_days"] == pytest.approx(15e12 / doc["tokens_per_s"] / 86400, rel=1e-9)
+    assert doc["gpu_hours"] == pytest.approx(doc["time_to_train_days"] * 24 * 512, rel=1e-9)
+    main(argv)
+    assert "Training budget:" in capsys.readouterr().out
