@@ -57,9 +57,11 @@ def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
 def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchical, rounds, span=None):
     """rounds = 1: reduce-scatter or all-gather; 2: all-reduce (RS + AG, tree latency across nodes).
 
-    Each call moves S/count bytes. Below the fabric's half-bandwidth size H the achieved bus bandwidth falls as
-    W·x/(x + H) for a per-GPU chunk of x bytes (NCCL reaches its plateau only for large messages: a 58 MB
-    all-reduce on 8 H100s gets ~150 of ~370 GB/s, scaling book "GPUs"; formulas.md §4.2).
+    Each call moves S/count bytes. NCCL reaches its plateau bandwidth only for large messages (a 58 MB all-reduce
+    on 8 H100s gets ~150 of ~370 GB/s, scaling book "GPUs"; formulas.md §4.2), so a profile may set a
+    half-bandwidth size H per fabric (`half_bandwidth_mb`): the bus bandwidth then falls as W·x/(x + H) for a call
+    of x bytes at that level (S/count inside the node, S/(k·count) across nodes). The bundled profiles leave H at
+    0, the plateau: the references hold no measured curve per fabric, so collectives of a few MB are optimistic.
     """
     k, nodes = span if span is not None else _span(size, stride, hw, hierarchical)
     w_node, w_net = _bandwidths(hw)

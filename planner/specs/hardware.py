@@ -101,8 +101,8 @@ class HardwareSpec:
     intra_step_latency_s: float             # alpha per ring step inside a node
     inter_step_latency_s: float             # alpha per ring step across nodes
     collective_base_latency_s: float        # fixed cost of launching one collective
-    intra_half_bw_bytes: float              # per-GPU chunk size at which NVLink collectives reach half their busbw
-    inter_half_bw_bytes: float              # the same across the network
+    intra_half_bw_bytes: float              # bytes per call at which NVLink collectives reach half their busbw
+    inter_half_bw_bytes: float              # the same for the cross-node step (0 in every bundled profile)
     gemm_efficiency: float                  # achievable fraction of peak on large GEMMs
     hbm_efficiency: float                   # achievable fraction of HBM bandwidth (memory-bound kernels)
     intra_busbw_efficiency: float           # measured NCCL busbw / link bandwidth inside a node
