@@ -6,7 +6,8 @@ attention-over-values, with no causal halving unless asked. For GPT with q = h, 
 al. 2021's 72·B·s·L·h²·(1 + s/6h + V/12hL) (FLOP appendix) exactly. Hardware FLOPs add recomputation
 (Korthikanti et al. 2022, evaluation section): full recompute repeats every layer's forward (Narayanan's
 96·B·s·L·h²(1 + s/6h + V/16hL)); selective recompute repeats the attention core's forward (4·q·s per token per
-layer, counted from first principles; the paper's printed HFU formula uses 8·q·s).
+layer, counted from first principles; the paper's printed 72·B·s·L·h²(1 + s/3h + V/12hL) doubles the attention term,
+i.e. adds 12·q·s).
 
 All functions take scalars or numpy arrays and broadcast.
 """
