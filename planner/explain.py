@@ -58,7 +58,7 @@ def bubble_line(row) -> str:
 
 def placement_lines(row, hw) -> list[str]:
     """Which collectives stay on NVLink and which cross nodes, for this layout's rank order."""
-    from planner.cost.comm import group_span
+    from planner.cost.comm import group_span, placement_strides, pp_crosses_nodes
 
     t, p, d, g = int(row["tp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
     dp_inner = row["placement"] == "tp-dp-pp"
@@ -66,13 +66,12 @@ def placement_lines(row, hw) -> list[str]:
     k, nodes = (int(x) for x in group_span(t, 1, g))
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
                  "inside one node, on NVLink." if nodes == 1 else f"spans {nodes} nodes: NVLink inside, NICs across."))
-    k, nodes = (int(x) for x in group_span(d, t if dp_inner else t * p, g))
+    k, nodes = (int(x) for x in group_span(d, placement_strides(t, p, d, dp_inner)[0], g))
     lines.append(f"DP ({d}): " + ("no gradient reduction." if d == 1 else
                  "inside one node, on NVLink." if nodes == 1 else
                  f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
                  f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
-    stride = t * d if dp_inner else t
     lines.append(f"PP ({p}): " + ("no pipeline." if p == 1 else
-                 "neighbouring stages share a node: P2P on NVLink." if stride * p <= g else
-                 "stage boundaries cross nodes: P2P over the NICs."))
+                 "stage boundaries cross nodes: P2P over the NICs." if pp_crosses_nodes(t, p, d, dp_inner, g) else
+                 "neighbouring stages share a node: P2P on NVLink."))
     return lines

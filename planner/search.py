@@ -19,8 +19,8 @@ from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
-from planner.specs.strategy import (LAYOUT_KNOBS, RECOMPUTE, ZERO_STAGES, Job, Layout, Precision, Runtime,
-                                    recompute_code, zero_code)
+from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, ZERO_STAGES, Job, Layout, Precision,
+                                    Runtime, recompute_code, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -91,18 +91,17 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
 
 def check_pins(pins: Pins, job: Job) -> None:
     """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
-    Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})      # types and ranges, as any layout
+    layout = Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})   # types and ranges, as any layout
     upper = {"tp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch, "vpp": 1024}
     for name, limit in upper.items():
         value = getattr(pins, name)
         if value is not None and value > limit:
             raise PlannerError(f"--{name.replace('_', '-')}", f"got {value:,}, expected at most {limit:,}")
     n = job.gpus
-    pinned = {k: getattr(pins, k) for k in ("tp", "pp", "dp") if getattr(pins, k) is not None}
-    if len(pinned) == 3 and math.prod(pinned.values()) != n:
-        terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
-        raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} != gpus({n})")
-    if math.prod(pinned.values()) and n % math.prod(pinned.values()):
+    pinned = {k: getattr(pins, k) for k in PARALLEL_DIMS if getattr(pins, k) is not None}
+    if len(pinned) == len(PARALLEL_DIMS):
+        layout.check_gpus(n)
+    elif n % math.prod(pinned.values()):
         terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
         raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} does not divide gpus({n})")
 

@@ -27,6 +27,18 @@ def group_span(size, stride, gpus_per_node):
     return k, np.ceil(size / k)
 
 
+def placement_strides(tp, pp, dp, dp_inner):
+    """(DP group stride, PP group stride) in the global rank order: TP innermost, then DP then PP (Megatron's
+    default order, dp_inner) or PP then DP."""
+    t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    return np.where(dp_inner, t, t * p), np.where(dp_inner, t * d, t)
+
+
+def pp_crosses_nodes(tp, pp, dp, dp_inner, gpus_per_node):
+    """True where pipeline neighbours sit on different nodes (the PP group does not fit in one node)."""
+    return placement_strides(tp, pp, dp, dp_inner)[1] * np.asarray(pp) > gpus_per_node
+
+
 def span(size, stride, hw: HardwareSpec, hierarchical=True):
     """(k, M) as the collectives see them; pass it as `span=` to reuse it across collectives of one group."""
     return _span(size, stride, hw, hierarchical)

@@ -162,13 +162,12 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
                  dp_inner):
     """(PP comm, exposed DP comm) in seconds per step for one rank placement."""
     t, p, d, b, v, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "zero"))
-    dp_stride = np.where(dp_inner, t, t * p)
-    pp_stride = np.where(dp_inner, t * d, t)
+    dp_stride = comm.placement_strides(t, p, d, dp_inner)[0]
 
     # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
     # interleaved; with scatter/gather or SP each TP rank sends 1/t of b·s·h (Narayanan §4.1).
     p2p_bytes = precision.activation_bytes * job.seq_len * b * m.hidden / t
-    cross = pp_stride * p > hw.gpus_per_node
+    cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node)
     p2p = comm.p2p_time_s(p2p_bytes, cross, hw)
     pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
 

@@ -122,3 +122,14 @@ def test_count_pays_latency_per_call():
     # 10 buckets: same bandwidth term, ten times the latency (base + 7 intra steps for RS in a node).
     one, ten = float(reduce_scatter_time_s(S, 8, 1, HW)), float(reduce_scatter_time_s(S, 8, 1, HW, count=10))
     assert ten - one == pytest.approx(9 * (BASE + 7 * A_INTRA), rel=1e-9)
+
+
+def test_placement_strides_and_pp_crossing_by_hand():
+    """Rank order TP innermost: with DP next (tp-dp-pp), TP8 DP4 PP16 puts DP ranks 8 apart and PP ranks 32 apart,
+    so every stage boundary crosses a node; with PP next (tp-pp-dp), TP2 PP4 keeps a pipeline inside one 8-GPU node."""
+    from planner.cost.comm import placement_strides, pp_crosses_nodes
+
+    assert tuple(int(x) for x in placement_strides(8, 16, 4, True)) == (8, 32)
+    assert tuple(int(x) for x in placement_strides(2, 4, 64, False)) == (8, 2)
+    assert pp_crosses_nodes(8, 16, 4, True, 8) and not pp_crosses_nodes(2, 4, 64, False, 8)
+    assert pp_crosses_nodes(2, 4, 64, True, 8)           # DP next: PP ranks 128 apart
