@@ -171,3 +171,30 @@ def test_interleaving_widens_the_dp_overlap_window_and_nothing_else():
     dp = overlapped["dp_comm_s"]
     assert dp[0] > 0.05 and (np.diff(dp) <= 1e-12).all() and dp[1] < 0.1 * dp[0], dp
     assert np.allclose(plain["dp_comm_s"], plain["dp_comm_s"][0], rtol=1e-12) and plain["dp_comm_s"][0] > 10 * dp[0]
+
+
+def _one(m, hw, job, row, rt=Runtime()):
+    cols = {k: np.array([v]) for k, v in zip(KNOBS, row)}
+    cols["sp"] = cols["sp"].astype(bool)
+    return step_columns(m, hw, job, cols, runtime=rt)
+
+
+def test_pp_and_dp_communication_by_hand():
+    """Two communication terms worked out by hand from the H100 profile (NVLink 450 GB/s per direction x NCCL busbw
+    0.82 = 369 GB/s; collective base latency 14 us; NVLink step 1.9 us), Llama 3.1 8B (h = 4096, s = 4096).
+
+    PP, TP1 PP4 DP1 on one node, b = 1, B = 8 -> m = 8: each send is 2·s·b·h = 33,554,432 bytes, one send takes
+    14 + 1.9 us + 33,554,432 / 369e9 s = 106.83 us, and 1F1B sends forward and backward (m + p − 1) = 11 times:
+    2 x 11 x 106.83 us = 2.3503 ms (Narayanan §4.1).
+    DP, TP1 PP1 DP8 on one node, plain all-reduce without overlap: 8,030,261,248 params x 4-byte grads =
+    32,121,044,992 bytes; ring 2·(7/8)·S/W = 0.152333 s; in ceil(S / 160 MB) = 201 buckets, each paying
+    14 + 2·7·1.9 = 40.6 us of latency: 8.1606 ms -> 0.160494 s (Thakur et al. 2005; NCCL tuning model)."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    pp = _one(m, hw, Job(gpus=4, seq_len=4096, global_batch=8), (1, 4, 1, 1, 1, False, 0, 0))
+    assert pp["pp_comm_s"][0] == pytest.approx(2 * 11 * (15.9e-6 + 33_554_432 / 369e9), rel=1e-9)
+    assert pp["pp_comm_s"][0] == pytest.approx(2.3503e-3, rel=1e-4)
+    dp = _one(m, hw, Job(gpus=8, seq_len=4096, global_batch=8), (1, 1, 8, 1, 1, False, 0, 0),
+              Runtime(overlap_grad_reduce=False, overlap_param_gather=False))
+    s_bytes = 8_030_261_248 * 4
+    assert dp["dp_comm_s"][0] == pytest.approx(1.75 * s_bytes / 369e9 + 201 * 40.6e-6, rel=1e-9)
+    assert dp["dp_comm_s"][0] == pytest.approx(0.160494, rel=1e-5)
