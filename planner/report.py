@@ -307,7 +307,8 @@ def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
     if target.is_dir():
         raise PlannerError(flag, f"{target} is a directory; expected a file path")
     if not target.parent.is_dir():
-        raise PlannerError(flag, f"directory {target.parent} does not exist")
+        what = "is a file, not a directory" if target.parent.exists() else "does not exist"
+        raise PlannerError(flag, f"directory {target.parent} {what}")
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

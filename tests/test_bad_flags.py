@@ -50,6 +50,9 @@ CLI_CASES = [
      ["--vpp", "layouts)", "8 layer slots", "VPP must divide 8"]),
     ("tp-across-nodes", M405 + ["--gpus", "512", "--tp", "16", "--pp", "4", "--dp", "8"],
      ["--tp", "8 GPUs of a node", "--allow-cross-node-tp"]),
+    ("model-empty", ["--model", "", "--gpus", "8"], ["--model", "empty", "preset name"]),
+    ("output-under-a-file", ["--model", "8b", "--gpus", "8", "--format", "json", "--output", f"{__file__}/x.json"],
+     ["--output", "test_bad_flags.py is a file, not a directory"]),
     # a flag the chosen mode would ignore is an error, not a silent no-op
     ("plot-with-pinned-layout", M405 + ["--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--plot", "a.png"],
      ["--plot", "pinned"]),

@@ -193,6 +193,8 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = str(name_or_path).strip()
+    if not text:
+        raise PlannerError("--model", "empty; expected a preset name (see `plan models`), a YAML or a config.json path")
     path = Path(text).expanduser()
     try:
         is_dir = path.is_dir()
