@@ -27,6 +27,7 @@ def test_every_bundled_profile_loads_and_includes_the_main_parts():
     ("h100-sxm", 989.4),
     ("h200-sxm", 989.4),
     ("b200", 2250.0),
+    ("gb200", 2500.0),
     ("mi300x", 1307.4),
 ])
 def test_dense_bf16_peak_matches_hardware_md(name, dense_bf16_tflops):
@@ -136,3 +137,15 @@ def test_every_bundled_file_cites_a_source():
     assert len(files) >= 6
     for path in files:
         assert "source" in path.read_text().lower(), path.name
+
+
+def test_gb200_nvlink_domain_is_the_node():
+    """GB200 NVL72: the planner's node is the 72-GPU NVLink domain (hardware.md §2), so a 64-rank DP group at stride 1
+    stays on NVLink and TP may exceed 8 GPUs without crossing the network; the NIC is one CX-7 400 Gb/s per GPU."""
+    from planner.cost.comm import group_span
+
+    hw = load_hardware("gb200-nvl72")
+    assert hw.gpus_per_node == 72 and rel(hw.intra_bw_bytes_per_s, 900e9) < 1e-12
+    assert rel(hw.inter_bw_bytes_per_s, 400e9 / 8) < 1e-12
+    assert tuple(int(x) for x in group_span(64, 1, hw.gpus_per_node)) == (64, 1)
+    assert tuple(int(x) for x in group_span(16, 8, hw.gpus_per_node)) == (9, 2)
