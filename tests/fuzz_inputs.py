@@ -15,7 +15,7 @@ from planner.specs.model import PRESETS_DIR, list_models
 
 PRESET_NAMES = sorted({n for mf in list_models() for n in (mf.name, *mf.aliases)})
 SMALL_PRESETS = ["8b", "7b", "13b", "gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "22b", "llama-3.1-8b"]
-HARDWARE_NAMES = ["h100-sxm", "h100", "a100-40gb", "a100", "a100-80gb", "h200-sxm", "b200", "mi300x", "v100-sxm",
+HARDWARE_NAMES = ["h100-sxm", "h100", "a100-40gb", "a100", "a100-80gb", "h200-sxm", "b200", "gb200", "mi300x", "v100-sxm",
                   "dgx-h100", "H100"]
 H100_DOC = yaml.safe_load((hardware_dir() / "h100-sxm.yaml").read_text())
 MODEL_DOC = yaml.safe_load((PRESETS_DIR / "llama-3.1-8b.yaml").read_text())
