@@ -7,8 +7,8 @@ micro-batch's forward + backward on that stage (Narayanan et al. 2021 §2.2); DP
 backward of the last micro-batch (gradients) and the forward of the first (parameter all-gather), as Megatron's
 --overlap-grad-reduce / --overlap-param-gather and PyTorch DDP/FSDP buckets do, and only the rest is exposed
 (Calculon's overlap window, Isaev et al. SC'23); with v interleaved chunks Megatron-Core syncs chunk by chunk,
-which widens both windows to (1 + (v − 1)·p)/v micro-batch passes. ZeRO-3 gathers parameters for every micro-batch
-(ZeRO §7).
+so all but the last chunk's 1/v share hide behind (v − 1)·p/v micro-batch passes. ZeRO-3 gathers parameters for
+every micro-batch (ZeRO §7).
 
 `step_columns` takes one numpy column per knob and returns one column per result: the search calls it on every
 candidate at once and `evaluate` on a single layout, so they cannot disagree.
@@ -182,22 +182,23 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
     ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, span=group)
     rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, span=group)
-    # Overlap windows. Without interleaving: the last micro-batch's backward (gradient buckets) and the first one's
-    # forward (parameter buckets). Interleaved (v chunks), Megatron-Core launches each chunk's gradient sync as soon
-    # as the chunk's last micro-batch backward ends and prefetches each chunk's parameters as the previous chunk's
-    # first forward starts (schedules.py, grad_sync_func / param_sync_func); the final group of p micro-batches runs
-    # through the chunks one after another, so the window spans the chunk's own pass plus (v - 1)·p chunk passes
-    # (Calculon likewise widens the interleaved window to p chunk backwards per chunk, formulas.md §6).
-    window = (1 + (v - 1) * p) / v
+    # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
+    # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
+    # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
+    # backward and gathers a chunk's parameters as the previous chunk's first forward starts (schedules.py,
+    # grad_sync_func / param_sync_func). The final group of p micro-batches runs through the chunks one after
+    # another, so the other chunks' syncs hide behind (v − 1)·p chunk passes, while the chunk that finishes last
+    # (first) has nothing to hide behind: its 1/v share stays exposed (Calculon's interleaved window, formulas.md §6).
+    interleaved = v > 1
+    window = np.where(interleaved, (v - 1) * p / v, 1.0)
+    edge = np.where(interleaved, v, buckets)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
     # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
-    # Overlap never hides the edges: the last gradient bucket (the first layers, reduced after the backward ends)
-    # and the first parameter bucket (needed before the forward starts) stay exposed.
-    gather = np.maximum(_exposed(ag, hide_params, u), ag / buckets)
-    plain = np.maximum(_exposed(ar, hide_grads, u), ar / buckets)    # DDP: all-reduce after the last backward
-    reduce = np.maximum(_exposed(rs, hide_grads, u), rs / buckets)
+    gather = np.maximum(_exposed(ag, hide_params, u), ag / edge)
+    plain = np.maximum(_exposed(ar, hide_grads, u), ar / edge)      # DDP: all-reduce after the last backward
+    reduce = np.maximum(_exposed(rs, hide_grads, u), rs / edge)
     zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
