@@ -48,3 +48,19 @@ def gpt2_small_core() -> dict:
     """The short form: model_type and the size fields only (in this order), values from gpt2_small_config()."""
     full = gpt2_small_config()
     return {k: full[k] for k in ("model_type", "n_layer", "n_embd", "n_head", "vocab_size", "n_positions")}
+
+
+def zero3_pays_off(m, tp: int, pp: int, dp: int, param_bytes=2, grad_bytes=4) -> bool:
+    """Whether ZeRO-3 can only lower memory against ZeRO-2 on every pipeline stage: it saves the sharded 16-bit
+    weights, param_bytes·P_stage·(1 − 1/d), and adds per gathered unit (a layer; the V×h embedding or head on the
+    edge stages when larger) two gathered copies, the gradient being computed and the one being reduce-scattered,
+    (3·param_bytes + grad_bytes)·unit."""
+    from planner.cost.memory import stage_params
+    from planner.cost.params import layer_params_per_gpu
+
+    layer = float(layer_params_per_gpu(m, tp))
+    edge = max(layer, m.vocab * m.hidden / tp)
+    stages = [float(x) for x in stage_params(m, tp, pp)]          # first, middle, last
+    units = [edge, layer if pp > 2 else edge, edge]
+    cost = 3 * param_bytes + grad_bytes
+    return all(param_bytes * p_r * (1 - 1 / dp) >= cost * u for p_r, u in zip(stages, units))

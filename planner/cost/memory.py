@@ -97,9 +97,9 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
     the logits of one micro-batch.
     other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
-    recomputed, and under ZeRO-3 the gathered 16-bit parameters of the current and the prefetched unit (two layers
-    for FSDP's per-block wrapping, two of the largest weight matrices for DeepSpeed's per-module gathering) plus
-    the current unit's unsharded gradient before its reduce-scatter.
+    recomputed, and under ZeRO-3 the transients of the gathered units (a layer for FSDP's per-block wrapping, the
+    largest weight matrix for DeepSpeed's per-module gathering; the embedding or output head on the edge stages):
+    two gathered 16-bit copies, the gradient being computed and the previous one waiting for its reduce-scatter.
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
@@ -111,22 +111,27 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
     work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                    precision.activation_bytes)
-    unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
-            else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
-    # ZeRO-3: two gathered 16-bit units (the current one and the prefetched next) and the current unit's unsharded
-    # gradient, which exists until its reduce-scatter has run (FSDP's reduce-scatter input; DeepSpeed's bucket).
-    gathered = np.where(np.asarray(zero) >= 3, (2 * precision.param_bytes + precision.grad_bytes) * unit, 0.0)
-    other = overhead_bytes + work + gathered
+    layer_unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
+                  else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
+    # The first and last stage also gather the V×h embedding or output head, its own FSDP unit (torchtitan wraps
+    # them apart from the blocks) and often the largest one.
+    edge_unit = np.maximum(layer_unit, m.vocab * m.hidden / t)
+    # ZeRO-3 transients per unit: two gathered 16-bit copies (the current unit and the prefetched next), the
+    # unsharded gradient being computed (parameter dtype) and the previous unit's gradient waiting in its
+    # reduce-scatter (gradient dtype; FSDP's reduce-scatter input, DeepSpeed's bucket).
+    per_unit = np.where(np.asarray(zero) >= 3, 3 * precision.param_bytes + precision.grad_bytes, 0.0)
+    fixed = overhead_bytes + work
 
     best_parts, best_total, best_stage = None, None, None
     for params_r, layers_r, r in zip(stage_params(m, t, p), layers, stage_idx):
+        unit = np.where((r == 0) | (r == p - 1), edge_unit, layer_unit)
         parts = {
             "weights": params_r * w_pp,
             "gradients": params_r * g_pp,
             "optimizer": params_r * o_pp,
             "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * act
             + np.where(r == p - 1, logits, 0.0),
-            "other": other,
+            "other": fixed + per_unit * unit,
         }
         total = sum(parts.values())
         if best_total is None:

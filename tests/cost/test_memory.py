@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import rel
+from helpers import rel, zero3_pays_off
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -225,10 +225,9 @@ def test_total_never_increases_with_zero_stage(z_pair, tp, pp_i, name, s, b, mb,
     ps = even_divisors(m.layers)
     pp = ps[pp_i % len(ps)]
     if z2 == 3:
-        # ZeRO-3 adds two gathered layers of 16-bit weights and one layer's fp32 unsharded gradient (8·layer/t
-        # bytes) and saves 2·P_stage·(1 − 1/d) against ZeRO-2; it can only pay off when (L/p)·(1 − 1/d) >= 4
-        # (e.g. with d = 1 ZeRO-3 shards nothing).
-        assume(dp >= 2 and (m.layers // pp) * (1 - 1 / dp) >= 4)
+        # ZeRO-3 adds transient copies of a gathered unit and saves 2·P_stage·(1 − 1/d) against ZeRO-2; it can only
+        # pay off where the saving is larger (helpers.zero3_pays_off; with d = 1 ZeRO-3 shards nothing).
+        assume(dp >= 2 and zero3_pays_off(m, tp, pp, dp))
     kw = dict(tp=tp, pp=pp, dp=dp, b=b, mb=mb, vpp=1, sp=sp, rc=rc, s=s, flash=flash)
     a, c = total(m, zero=z1, **kw), total(m, zero=z2, **kw)
     assert sum(c.values()) <= sum(a.values()) * (1 + 1e-12)
@@ -287,15 +286,22 @@ def test_kv_heads_are_replicated_not_split_when_tp_exceeds_them():
 
 
 def test_zero3_transient_buffers_by_hand():
-    """ZeRO-3 'other' adds, per GPU, two gathered 16-bit layers (current + prefetched) and one layer's unsharded
-    gradient before its reduce-scatter. Llama 3.1 8B layer, by hand: Q 4096·4096 + K, V 2·4096·1024 + O 4096·4096
-    = 41,943,040; SwiGLU 3·4096·14336 = 176,160,768; two RMSNorms 8,192 -> 218,112,000 parameters. Default
-    precision (2-byte weights, 4-byte grads): (2·2 + 4) · 218,112,000 = 1,744,896,000 bytes at TP 1, /4 at TP 4."""
+    """ZeRO-3 'other' adds, per GPU, for the largest unit the stage gathers: two 16-bit copies (current + prefetched),
+    the gradient being computed (16-bit) and the previous unit's waiting for its reduce-scatter (grad dtype).
+    Llama 3.1 8B, one stage: the 128,256 x 4096 = 525,336,576 output head (its own FSDP unit) is larger than a
+    layer (218,112,000), so (3·2 + 4) x 525,336,576 = 5,253,365,760 bytes at TP 1, /4 at TP 4; with 2-byte grads
+    8 x 525,336,576. GPT-3 175B at TP 8: a layer, (12·12288² + 13·12288)/8 = 226,512,384 params, is larger than
+    the head's 51,200 x 12,288 / 8 = 78,643,200: 10 x 226,512,384 bytes."""
     m = load_model("llama-3.1-8b")
     kw = dict(s=4096, pp=1, dp=8, b=1, mb=1, vpp=1, sp=False, rc=0, flash=True)
-    for tp, expected in ((1, 1_744_896_000), (4, 1_744_896_000 / 4)):
+    for tp, expected in ((1, 5_253_365_760), (4, 5_253_365_760 / 4)):
         extra = total(m, tp=tp, zero=3, **kw)["other"] - total(m, tp=tp, zero=2, **kw)["other"]
         assert extra == pytest.approx(expected, rel=1e-12)
     grads16 = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 3, Precision(grad_bytes=2))[0]["other"]
     plain = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 2, Precision(grad_bytes=2))[0]["other"]
-    assert grads16 - plain == pytest.approx(6 * 218_112_000, rel=1e-12)
+    assert grads16 - plain == pytest.approx(8 * 525_336_576, rel=1e-12)
+    g = load_model("gpt3-175b")
+    kw = dict(s=2048, pp=1, dp=8, b=1, mb=1, vpp=1, sp=True, rc=0, flash=True)
+    extra = total(g, tp=8, zero=3, **kw)["other"] - total(g, tp=8, zero=2, **kw)["other"]
+    assert (12 * 12288**2 + 13 * 12288) / 8 == 226_512_384
+    assert extra == pytest.approx(10 * 226_512_384, rel=1e-12)
