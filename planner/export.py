@@ -83,17 +83,17 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
     if reshard:
         lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
     if pp > 1:
+        # torchtitan counts the embedding and the output as `*_stage_less_layers` layers on the first and last stage
+        # and splits L plus those into PP x VPP stages. The plan's split: (L + 2)/p slots per stage when PP does not
+        # divide L (Megatron's embedding/loss accounting, weights 1), else L/p (weights 0, not torchtitan's 1).
+        even = int(stage_layers(m.layers, pp)[0]) == int(stage_layers(m.layers, pp)[1])
+        edge_weight = 0 if even else 1
         lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
-                  f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}"]
-        if v > 1:
-            # torchtitan counts the embedding and the output as one layer each on the first and last stage and
-            # makes ceil((L + first + last) / layers_per_stage) virtual stages. The plan's split: (L + 2)/p slots
-            # per stage when PP does not divide L (Megatron's embedding/loss accounting), else L/p.
-            even = int(stage_layers(m.layers, pp)[0]) == int(stage_layers(m.layers, pp)[1])
-            edge_weight = 0 if even else 1
-            lines += [f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}",
-                      f"pipeline_parallel_first_stage_less_layers = {edge_weight}",
-                      f"pipeline_parallel_last_stage_less_layers = {edge_weight}"]
+                  f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}",
+                  f"pipeline_parallel_first_stage_less_layers = {edge_weight}",
+                  f"pipeline_parallel_last_stage_less_layers = {edge_weight}"]
+        if v > 1:       # ceil((L + first + last) / layers_per_stage) virtual stages = PP x VPP
+            lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
     mode = {"none": "none", "selective": "selective", "full": "full"}[row["recompute"]]
     lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
     if mode == "selective":

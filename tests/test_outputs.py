@@ -155,7 +155,8 @@ def test_examples_script_runs():
     assert "published runs" in res.stdout and "styled HTML table" in res.stdout
 
 
-@pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5)])
+@pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5),
+                                                  ("70b", 256, 4, 1), ("405b", 2048, 16, 1)])
 def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
     """torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual stages (its pipeline split):
     the export must give exactly PP x VPP of them, with the plan's layers per chunk (Llama 405B: 126 layers on
@@ -165,8 +166,10 @@ def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
     par = tomllib.loads(text)["parallelism"]
     slots = ev.result.model.layers + par["pipeline_parallel_first_stage_less_layers"] \
         + par["pipeline_parallel_last_stage_less_layers"]
-    assert math.ceil(slots / par["pipeline_parallel_layers_per_stage"]) == pp * vpp
-    assert par["pipeline_parallel_layers_per_stage"] == {(16, 8): 1, (16, 4): 2, (4, 5): 4}[(pp, vpp)]
+    # without interleaving torchtitan splits the slots over PP stages itself: even exactly when PP divides them
+    per_stage = par.get("pipeline_parallel_layers_per_stage", slots // pp)
+    assert math.ceil(slots / per_stage) == pp * vpp and slots % (pp * vpp) == 0
+    assert per_stage == {(16, 8): 1, (16, 4): 2, (4, 5): 4, (4, 1): 20, (16, 1): 8}[(pp, vpp)]
 
 
 def test_whatif_numbers_use_the_evaluated_precision():
