@@ -59,7 +59,7 @@ def plan(
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
                                                       help="Global batch in tokens; 16M = 16*2^20."),
-    top: str = typer.Option("10", "--top", help="Rows to show."),
+    top: Optional[str] = typer.Option(None, "--top", help="Rows of a ranked search to show (default 10)."),
     tp: Optional[str] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
     pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
     dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
@@ -79,7 +79,8 @@ def plan(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
                                          "days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
-    pue: str = typer.Option("1.2", "--pue", help="Facility power usage effectiveness for the energy estimate."),
+    pue: Optional[str] = typer.Option(None, "--pue", help="Facility power usage effectiveness for the energy "
+                                      "estimate (default 1.2; with --tokens)."),
     sort: str = typer.Option("throughput", "--sort", help="Comparison order: throughput, time or cost."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically; "
@@ -122,8 +123,10 @@ def plan(
     pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
     out = _out()
-    _reject_unused(hardware="," in hardware, pinned=tp is not None and pp is not None and dp is not None,
-                   export=export, plot=plot, sort=sort, fmt=fmt)
+    pinned = tp is not None and pp is not None and dp is not None
+    _reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
+                   top=top, tokens=tokens)
+    top = 10 if top is None else top
 
     if "," in hardware:
         from planner.sweep import compare_hardware
@@ -189,9 +192,16 @@ def plan(
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
-def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt) -> None:
+def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, tokens) -> None:
     """A flag the chosen mode would ignore is an error, not a silent no-op."""
     from planner.sweep import SORT_KEYS
+
+    if top is not None and (hardware or pinned or export is not None):
+        mode = ("a hardware comparison shows one row per profile" if hardware else
+                "a pinned layout shows one layout" if pinned else "--export prints one layout")
+        raise PlannerError("--top", f"ranks a search; {mode}")
+    if export is not None and tokens is not None:
+        raise PlannerError("--export", "prints launch settings; it does not combine with --tokens")
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
@@ -246,7 +256,8 @@ def sweep_cmd(
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="16M = 16*2^20 tokens."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget, e.g. 15T: days and cost per count."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
-    pue: str = typer.Option("1.2", "--pue", help="Power usage effectiveness for the energy estimate."),
+    pue: Optional[str] = typer.Option(None, "--pue", help="Power usage effectiveness for the energy estimate "
+                                      "(default 1.2; with --tokens)."),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="Default: 7% of HBM."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),

@@ -10,6 +10,7 @@ import math
 import re
 from enum import Enum
 
+from planner.cost.budget import DEFAULT_PUE
 from planner.errors import PlannerError
 
 
@@ -65,7 +66,12 @@ def float_flag(value, flag: str):
 
 
 def budget_options(tokens, price, pue) -> dict:
+    """--tokens and the price and PUE that only matter with it (given without it, they would be ignored)."""
+    if tokens is None and (price is not None or pue is not None):
+        flag = "--price-per-gpu-hour" if price is not None else "--pue"
+        raise PlannerError(flag, "only applies to a token budget; give --tokens (e.g. --tokens 15T)")
     price, pue = float_flag(price, "--price-per-gpu-hour"), float_flag(pue, "--pue")
+    pue = DEFAULT_PUE if pue is None else pue
     if price is not None and not price > 0:
         raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
     if not 1.0 <= pue <= 3.0:

@@ -251,8 +251,8 @@ def print_validation(preds, stats, out: Console) -> None:
     for group, st in stats.items():
         bold = group in ("overall", "fit runs", "held-out runs")
         fmt = (lambda x: f"[bold]{x}[/bold]") if bold else str
-        s.add_row(fmt(group), fmt(st["runs"]), fmt(f"{st['mean']:.1%}"), fmt(f"{st['median']:.1%}"),
-                  fmt(f"{st['max']:.1%}"))
+        pct = (lambda x: "-") if st["runs"] == 0 else (lambda x: f"{x:.1%}")     # an empty group has no statistics
+        s.add_row(fmt(group), fmt(st["runs"]), fmt(pct(st["mean"])), fmt(pct(st["median"])), fmt(pct(st["max"])))
     out.print(s)
 
 

@@ -67,8 +67,15 @@ CLI_CASES = [
     ("headroom-negative", M405 + ["--gpus", "512", "--headroom-gib", "-1"], ["--headroom-gib", "-1"]),
     ("format-xml", M405 + ["--gpus", "512", "--format", "xml"], ["--format", "xml"]),
     ("tokens-word", M405 + ["--gpus", "512", "--tokens", "lots"], ["--tokens", "lots"]),
-    ("price-negative", M405 + ["--gpus", "512", "--price-per-gpu-hour", "-1"], ["--price-per-gpu-hour", "-1"]),
-    ("pue-9", M405 + ["--gpus", "512", "--pue", "9"], ["--pue", "9"]),
+    ("price-negative", M405 + ["--gpus", "512", "--tokens", "1T", "--price-per-gpu-hour", "-1"],
+     ["--price-per-gpu-hour", "-1"]),
+    ("pue-9", M405 + ["--gpus", "512", "--tokens", "1T", "--pue", "9"], ["--pue", "9"]),
+    ("pue-without-tokens", M405 + ["--gpus", "512", "--pue", "1.5"], ["--pue", "--tokens"]),
+    ("price-without-tokens", M405 + ["--gpus", "512", "--price-per-gpu-hour", "3"], ["--price-per-gpu-hour", "--tokens"]),
+    ("top-with-pinned-layout", M405 + ["--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--top", "3"],
+     ["--top", "pinned"]),
+    ("top-with-export", M405 + ["--gpus", "512", "--export", "megatron", "--top", "3"], ["--top", "--export"]),
+    ("export-with-tokens", M405 + ["--gpus", "512", "--export", "megatron", "--tokens", "15T"], ["--export", "--tokens"]),
     ("hardware-list-unknown", M405 + ["--gpus", "512", "--hardware", "h100-sxm,nope"], ["--hardware", "nope"]),
     ("hardware-list-near-miss", M405 + ["--gpus", "512", "--hardware", "h100-sxm,b20"],
      ["--hardware", "b20", "did you mean", "b200"]),
@@ -112,7 +119,7 @@ VALUE_RESTATED = "the message names the rule but not the pinned value the user g
                  id="pinned-micro-batch-3"),
     pytest.param(M405 + ["--gpus", "512", "--zero", "7"], "'7'", id="zero-7"),
     pytest.param(M405 + ["--gpus", "512", "--seq-len", "0"], "0", id="seq-len-0"),
-    pytest.param(M405 + ["--gpus", "512", "--pue", "9"], "9.0", id="pue-9"),
+    pytest.param(M405 + ["--gpus", "512", "--tokens", "1T", "--pue", "9"], "9.0", id="pue-9"),
 ])
 def test_message_restates_the_bad_value(capsys, argv, value):
     line = bad(capsys, *argv)

@@ -123,6 +123,8 @@ def test_validate_users_own_file(tmp_path):
     assert [r["id"] for r in doc["runs"]] == ["my_cluster_175b"]
     assert abs(doc["runs"][0]["throughput_error"]) < 0.1
     assert doc["summary"]["held-out runs"] == {"runs": 0, "mean": None, "median": None, "max": None}
+    table = runner.invoke(app, ["validate", str(path)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "nan" not in table.stdout.lower()
 
 
 def _no_json_constants(name):
