@@ -123,7 +123,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             err.print(f"Closest: {layout_label(best)} needs {best['memory_gib']:.1f} GiB, "
                       f"{best['overflow_gib']:.1f} GiB over.")
         if result.min_gpus_that_fit:
-            err.print(f"Smallest GPU count (whole {hw.gpus_per_node}-GPU nodes) with a layout that fits: "
+            unit = "hosts" if hw.gpus_per_host else "nodes"
+            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: "
                       f"{result.min_gpus_that_fit}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     out.print("MFU: model FLOPs (PaLM convention, causal attention not halved) / dense bf16 peak; memory in GiB.")

@@ -244,12 +244,13 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
 
 def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
                           max_gpus=2**20) -> int | None:
-    """Smallest whole-node GPU count above job.gpus with a layout that fits (global batch kept), or None.
+    """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
+    with a layout that fits (global batch kept), or None.
 
-    Scans the next node counts (at most 64 of them, up to 4x the request), then doubles; memory only, so it stays
+    Scans the next unit counts (at most 64 of them, up to 4x the request), then doubles; memory only, so it stays
     fast.
     """
-    g = hw.gpus_per_node
+    g = hw.alloc_gpus
     start = (job.gpus // g + 1) * g
     counts = list(range(start, min(4 * max(job.gpus, g), start + 63 * g, max_gpus) + 1, g))
     nxt = counts[-1] * 2 if counts else start

@@ -49,6 +49,7 @@ class _Link(_Strict):
 
 class _Node(_Strict):
     gpus_per_node: int = Field(ge=1, le=1024)
+    gpus_per_host: int | None = Field(default=None, ge=1, le=1024)   # allocation unit when smaller than the node
     intra_node: _Link
     inter_node: _Link
     collective_base_latency_us: float = Field(ge=0, lt=10_000)
@@ -95,7 +96,7 @@ class HardwareSpec:
     hbm_bytes: float
     hbm_bw_bytes_per_s: float
     tdp_w: float
-    gpus_per_node: int
+    gpus_per_node: int                      # GPUs sharing the NVLink-class fabric (the "node" of the collectives)
     intra_bw_bytes_per_s: float             # NVLink-class fabric, per GPU per direction
     inter_bw_bytes_per_s: float             # NIC bandwidth per GPU per direction
     intra_step_latency_s: float             # alpha per ring step inside a node
@@ -115,6 +116,12 @@ class HardwareSpec:
     framework_overhead_bytes: float         # CUDA context, workspaces, NCCL buffers
     price_usd_per_gpu_hour: float | None
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
+    gpus_per_host: int = 0                  # GPUs allocated together (0: a whole node); GB200 NVL72: a 4-GPU tray
+
+    @property
+    def alloc_gpus(self) -> int:
+        """The granularity in which GPUs are allocated: a host (compute tray) when the profile says so, else a node."""
+        return self.gpus_per_host or self.gpus_per_node
 
     @classmethod
     def from_file(cls, f: HardwareFile) -> "HardwareSpec":
@@ -134,6 +141,7 @@ class HardwareSpec:
             hbm_bw_bytes_per_s=f.gpu.hbm_bandwidth_tb_per_s * 1e12,
             tdp_w=f.gpu.tdp_w,
             gpus_per_node=f.node.gpus_per_node,
+            gpus_per_host=f.node.gpus_per_host or 0,
             intra_bw_bytes_per_s=intra.bandwidth_gb_per_s_per_direction * 1e9,
             inter_bw_bytes_per_s=inter.bandwidth_gbit_per_s_per_gpu_per_direction * 1e9 / 8,
             intra_step_latency_s=intra.step_latency_us * 1e-6,

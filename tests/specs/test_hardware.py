@@ -149,3 +149,16 @@ def test_gb200_nvlink_domain_is_the_node():
     assert rel(hw.inter_bw_bytes_per_s, 400e9 / 8) < 1e-12
     assert tuple(int(x) for x in group_span(64, 1, hw.gpus_per_node)) == (64, 1)
     assert tuple(int(x) for x in group_span(16, 8, hw.gpus_per_node)) == (9, 2)
+    # GPUs are allocated in 4-GPU trays, not whole 72-GPU domains; other profiles allocate whole nodes
+    assert hw.alloc_gpus == 4 and load_hardware("h100-sxm").alloc_gpus == 8
+
+
+def test_smallest_fitting_gpu_count_steps_in_allocation_units():
+    """405B does not fit on 32 GPUs; the suggested count is a whole number of allocation units: 4-GPU GB200 trays
+    (so not the next 72-GPU domain), 8-GPU H100 nodes."""
+    from planner.search import run_search
+
+    gb = run_search("405b", 32, hardware="gb200")
+    h1 = run_search("405b", 32, hardware="h100-sxm")
+    assert len(gb.table) == 0 and gb.min_gpus_that_fit % 4 == 0 and 32 < gb.min_gpus_that_fit < 72
+    assert len(h1.table) == 0 and h1.min_gpus_that_fit % 8 == 0
