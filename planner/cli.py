@@ -110,6 +110,9 @@ def plan(
 
     if recompute is not None:
         recompute_code(recompute)
+    pinned = tp is not None and pp is not None and dp is not None
+    _reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
+                   top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue})
     budget = budget_options(tokens, price, pue)
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
         raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")
@@ -123,9 +126,6 @@ def plan(
     pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
     out = _out()
-    pinned = tp is not None and pp is not None and dp is not None
-    _reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
-                   top=top, tokens=tokens)
     top = 10 if top is None else top
 
     if "," in hardware:
@@ -192,7 +192,7 @@ def plan(
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
-def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, tokens) -> None:
+def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
     """A flag the chosen mode would ignore is an error, not a silent no-op."""
     from planner.sweep import SORT_KEYS
 
@@ -200,8 +200,9 @@ def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, t
         mode = ("a hardware comparison shows one row per profile" if hardware else
                 "a pinned layout shows one layout" if pinned else "--export prints one layout")
         raise PlannerError("--top", f"ranks a search; {mode}")
-    if export is not None and tokens is not None:
-        raise PlannerError("--export", "prints launch settings; it does not combine with --tokens")
+    given = [flag for flag, value in budget_flags.items() if value is not None]
+    if export is not None and given:
+        raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")

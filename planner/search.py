@@ -247,8 +247,9 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
     """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
     with a layout that fits (global batch kept), or None.
 
-    Scans the next unit counts (at most 64 of them, up to 4x the request), then doubles; memory only, so it stays
-    fast.
+    Scans the next unit counts (at most 64 of them, up to 4x the request), then doubles, and when a doubled count
+    fits, walks back up from the last count that did not (at most 64 evenly spaced unit counts in between); memory
+    only, so it stays fast.
     """
     g = hw.alloc_gpus
     start = (job.gpus // g + 1) * g
@@ -258,10 +259,18 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
         counts.append(nxt)
         nxt *= 2
     unpinned = Pins(**{**pins.__dict__, "dp": None})
-    for count in counts:
+
+    def fits(count: int) -> bool:
         trial = Job(gpus=count, seq_len=job.seq_len, global_batch=job.global_batch)
-        if _fits_somewhere(m, hw, trial, unpinned, capacity, allow_cross_node_tp, precision, runtime):
-            return count
+        return _fits_somewhere(m, hw, trial, unpinned, capacity, allow_cross_node_tp, precision, runtime)
+
+    previous = job.gpus
+    for count in counts:
+        if fits(count):
+            first = (previous // g + 1) * g              # whole units strictly between the last miss and this fit
+            step = max(1, -(-((count - first) // g) // 64)) * g
+            return next((c for c in range(first, count, step) if fits(c)), count)
+        previous = count
     return None
 
 

@@ -52,15 +52,16 @@ def gpt2_small_core() -> dict:
 
 def zero3_pays_off(m, tp: int, pp: int, dp: int, param_bytes=2, grad_bytes=4) -> bool:
     """Whether ZeRO-3 can only lower memory against ZeRO-2 on every pipeline stage: it saves the sharded 16-bit
-    weights, param_bytes·P_stage·(1 − 1/d), and adds per gathered unit (a layer; the V×h embedding or head on the
-    edge stages when larger) two gathered copies, the gradient being computed and the one being reduce-scattered,
-    (3·param_bytes + grad_bytes)·unit."""
-    from planner.cost.memory import stage_params
+    weights, param_bytes·P_stage·(1 − 1/d), and adds the gathered units' transients (memory.zero3_transient_bytes:
+    weights, prefetched weights and two gradients of a layer, or of the V×h embedding/head on the edge stages)."""
+    from planner.cost.memory import stage_params, zero3_transient_bytes
     from planner.cost.params import layer_params_per_gpu
+    from planner.specs.strategy import Precision
 
-    layer = float(layer_params_per_gpu(m, tp))
-    edge = max(layer, m.vocab * m.hidden / tp)
+    prec = Precision(param_bytes=param_bytes, grad_bytes=grad_bytes)
+    layer, edge = float(layer_params_per_gpu(m, tp)), m.vocab * m.hidden / tp
     stages = [float(x) for x in stage_params(m, tp, pp)]          # first, middle, last
-    units = [edge, layer if pp > 2 else edge, edge]
-    cost = 3 * param_bytes + grad_bytes
-    return all(param_bytes * p_r * (1 - 1 / dp) >= cost * u for p_r, u in zip(stages, units))
+    flags = [(True, pp == 1), (pp == 1, pp == 1), (pp == 1, True)] if pp > 2 else [(True, pp == 1), (True, True),
+                                                                                    (pp == 1, True)]
+    costs = [float(zero3_transient_bytes(layer, edge, first, last, prec)) for first, last in flags]
+    return all(param_bytes * p_r * (1 - 1 / dp) >= c for p_r, c in zip(stages, costs))

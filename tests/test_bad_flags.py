@@ -76,6 +76,7 @@ CLI_CASES = [
      ["--top", "pinned"]),
     ("top-with-export", M405 + ["--gpus", "512", "--export", "megatron", "--top", "3"], ["--top", "--export"]),
     ("export-with-tokens", M405 + ["--gpus", "512", "--export", "megatron", "--tokens", "15T"], ["--export", "--tokens"]),
+    ("export-with-pue", M405 + ["--gpus", "512", "--export", "megatron", "--pue", "1.3"], ["--export", "--pue"]),
     ("hardware-list-unknown", M405 + ["--gpus", "512", "--hardware", "h100-sxm,nope"], ["--hardware", "nope"]),
     ("hardware-list-near-miss", M405 + ["--gpus", "512", "--hardware", "h100-sxm,b20"],
      ["--hardware", "b20", "did you mean", "b200"]),

@@ -160,11 +160,12 @@ def test_memory_never_increases_with_the_zero_stage(data, m, hw):
     if zero3_pays_off(m, layout["tp"], layout["pp"], d):      # see the module docstring
         assert totals[3] <= totals[2] * (1 + REL), (layout, totals)
     if d > 1:      # model states alone shrink strictly on every stage (the peak stage itself may change)
-        from planner.cost.memory import stage_params, state_bytes_per_param
+        from planner.cost.memory import stage_state_bytes
 
-        for params in stage_params(m, layout["tp"], layout["pp"]):
-            states = [float(params) * sum(state_bytes_per_param(z, d)) for z in range(4)]
-            assert states[0] > states[1] > states[2] > states[3], states
+        per_zero = [stage_state_bytes(m, layout["tp"], layout["pp"], d, z) for z in range(4)]
+        for stage in range(3):
+            states = [float(sum(per_zero[z][stage].values())) for z in range(4)]
+            assert states[0] > states[1] > states[2] > states[3], (stage, states)
 
 
 def test_zero3_exception_is_real():

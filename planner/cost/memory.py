@@ -88,6 +88,30 @@ def stage_params(m: ModelSpec, tp, pp):
     return first, middle, last
 
 
+def zero3_transient_bytes(layer_unit, edge_unit, first, last, precision: Precision = Precision()):
+    """Peak ZeRO-3 transients on one stage, walking its gathered units in backward order (formulas.md §3.1; FSDP).
+
+    While a unit's backward runs, the GPU holds its gathered 16-bit weights, the next unit's prefetched weights, the
+    unit's gradient being computed (16-bit) and the previous unit's gradient waiting for its reduce-scatter (gradient
+    dtype). Units are layers (l); the last stage starts with the output head and the first ends with the embedding
+    (each V·h/t, its own FSDP unit): head step p(2H + l), the last layer's p·3l + g·H, middle layers p·3l + g·l, the
+    first layer's p(2l + E) + g·l, the embedding's 2p·E + g·l.
+    """
+    pb, gb = precision.param_bytes, precision.grad_bytes
+    l, e = np.asarray(layer_unit, dtype=float), np.asarray(edge_unit, dtype=float)
+    middle = 3 * pb * l + gb * l
+    first_peak = np.maximum(middle, np.maximum(pb * (2 * l + e) + gb * l, 2 * pb * e + gb * l))
+    last_peak = np.maximum(middle, np.maximum(pb * (2 * e + l), 3 * pb * l + gb * e))
+    return np.maximum(np.where(first, first_peak, middle), np.where(last, last_peak, middle))
+
+
+def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Precision()):
+    """Weights, gradients and optimizer states (bytes) on the (first, middle, last) stage under ZeRO over d ranks."""
+    w_pp, g_pp, o_pp = state_bytes_per_param(zero, dp, precision)
+    return [{"weights": params * w_pp, "gradients": params * g_pp, "optimizer": params * o_pp}
+            for params in stage_params(m, tp, pp)]
+
+
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
                      zero3_gather_unit="layer"):
@@ -97,13 +121,12 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
     the logits of one micro-batch.
     other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
-    recomputed, and under ZeRO-3 the transients of the gathered units (a layer for FSDP's per-block wrapping, the
-    largest weight matrix for DeepSpeed's per-module gathering; the embedding or output head on the edge stages):
-    two gathered 16-bit copies, the gradient being computed and the previous one waiting for its reduce-scatter.
+    recomputed, and under ZeRO-3 the transients of the gathered units (zero3_transient_bytes; a unit is a layer for
+    FSDP's per-block wrapping, the largest weight matrix for DeepSpeed's per-module gathering, and the embedding or
+    output head on the edge stages).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
-    w_pp, g_pp, o_pp = state_bytes_per_param(zero, d, precision)
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
@@ -113,25 +136,17 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
                                    precision.activation_bytes)
     layer_unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
                   else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
-    # The first and last stage also gather the V×h embedding or output head, its own FSDP unit (torchtitan wraps
-    # them apart from the blocks) and often the largest one.
-    edge_unit = np.maximum(layer_unit, m.vocab * m.hidden / t)
-    # ZeRO-3 transients per unit: two gathered 16-bit copies (the current unit and the prefetched next), the
-    # unsharded gradient being computed (parameter dtype) and the previous unit's gradient waiting in its
-    # reduce-scatter (gradient dtype; FSDP's reduce-scatter input, DeepSpeed's bucket).
-    per_unit = np.where(np.asarray(zero) >= 3, 3 * precision.param_bytes + precision.grad_bytes, 0.0)
-    fixed = overhead_bytes + work
+    edge_unit = m.vocab * m.hidden / t
+    zero3 = np.asarray(zero) >= 3
 
     best_parts, best_total, best_stage = None, None, None
-    for params_r, layers_r, r in zip(stage_params(m, t, p), layers, stage_idx):
-        unit = np.where((r == 0) | (r == p - 1), edge_unit, layer_unit)
+    for states, layers_r, r in zip(stage_state_bytes(m, t, p, d, zero, precision), layers, stage_idx):
+        transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         parts = {
-            "weights": params_r * w_pp,
-            "gradients": params_r * g_pp,
-            "optimizer": params_r * o_pp,
+            **states,
             "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * act
             + np.where(r == p - 1, logits, 0.0),
-            "other": fixed + per_unit * unit,
+            "other": overhead_bytes + work + np.where(zero3, transient, 0.0),
         }
         total = sum(parts.values())
         if best_total is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
@@ -53,6 +53,12 @@ class _Node(_Strict):
     intra_node: _Link
     inter_node: _Link
     collective_base_latency_us: float = Field(ge=0, lt=10_000)
+
+    @model_validator(mode="after")
+    def _host_divides_node(self) -> "_Node":
+        if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
+            raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
+        return self
 
 
 class _Efficiency(_Strict):

@@ -286,20 +286,22 @@ def test_kv_heads_are_replicated_not_split_when_tp_exceeds_them():
 
 
 def test_zero3_transient_buffers_by_hand():
-    """ZeRO-3 'other' adds, per GPU, for the largest unit the stage gathers: two 16-bit copies (current + prefetched),
-    the gradient being computed (16-bit) and the previous unit's waiting for its reduce-scatter (grad dtype).
-    Llama 3.1 8B, one stage: the 128,256 x 4096 = 525,336,576 output head (its own FSDP unit) is larger than a
-    layer (218,112,000), so (3·2 + 4) x 525,336,576 = 5,253,365,760 bytes at TP 1, /4 at TP 4; with 2-byte grads
-    8 x 525,336,576. GPT-3 175B at TP 8: a layer, (12·12288² + 13·12288)/8 = 226,512,384 params, is larger than
-    the head's 51,200 x 12,288 / 8 = 78,643,200: 10 x 226,512,384 bytes."""
+    """ZeRO-3 'other' adds the peak transients along the stage's gathered units in backward order: the unit's
+    16-bit weights, the next unit's prefetched weights, the gradient being computed (16-bit) and the previous unit's
+    waiting for its reduce-scatter (grad dtype). Llama 3.1 8B, one stage, TP 1: layer l = 218,112,000, head and
+    embedding E = H = 128,256 x 4096 = 525,336,576. Steps: head 2(2H + l) = 2,537,570,304; last layer
+    6l + 4H = 3,410,018,304 (the peak: the head's fp32 gradient is still being reduce-scattered); middle layers 10l
+    = 2,181,120,000; first layer 2(2l + E) + 4l = 2,795,569,152; embedding 4E + 4l = 2,973,794,304. With 2-byte
+    gradients the peak is 2,537,570,304 (head step and embedding step tie). GPT-3 175B at TP 8: a layer,
+    (12·12288² + 13·12288)/8 = 226,512,384, outweighs the 51,200 x 12,288 / 8 = 78,643,200 head: 10 x 226,512,384."""
     m = load_model("llama-3.1-8b")
     kw = dict(s=4096, pp=1, dp=8, b=1, mb=1, vpp=1, sp=False, rc=0, flash=True)
-    for tp, expected in ((1, 5_253_365_760), (4, 5_253_365_760 / 4)):
-        extra = total(m, tp=tp, zero=3, **kw)["other"] - total(m, tp=tp, zero=2, **kw)["other"]
-        assert extra == pytest.approx(expected, rel=1e-12)
+    extra = total(m, tp=1, zero=3, **kw)["other"] - total(m, tp=1, zero=2, **kw)["other"]
+    assert 6 * 218_112_000 + 4 * 525_336_576 == 3_410_018_304
+    assert extra == pytest.approx(3_410_018_304, rel=1e-12)
     grads16 = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 3, Precision(grad_bytes=2))[0]["other"]
     plain = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 2, Precision(grad_bytes=2))[0]["other"]
-    assert grads16 - plain == pytest.approx(8 * 525_336_576, rel=1e-12)
+    assert grads16 - plain == pytest.approx(2 * (2 * 525_336_576 + 218_112_000), rel=1e-12)
     g = load_model("gpt3-175b")
     kw = dict(s=2048, pp=1, dp=8, b=1, mb=1, vpp=1, sp=True, rc=0, flash=True)
     extra = total(g, tp=8, zero=3, **kw)["other"] - total(g, tp=8, zero=2, **kw)["other"]

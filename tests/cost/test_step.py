@@ -169,7 +169,7 @@ def test_interleaved_dp_overlap_window_by_formula():
 
     m, hw = load_model("405b"), load_hardware("h100-sxm")
     t, p, d = 8, 4, 16
-    job = Job(gpus=512, seq_len=8192, global_batch=64)        # 4 micro-batches: little compute per DP byte
+    job = Job(gpus=512, seq_len=1024, global_batch=64)        # 4 short micro-batches: the window, not the floor, binds
     vs = (1, 2, 4, 8)                                         # (126 + 2)/4 = 32 layer slots per stage
     rows = [(t, p, d, 1, v, True, 0, 1) for v in vs]
     out = step_columns(m, hw, job, columns(rows), runtime=Runtime())
@@ -186,9 +186,8 @@ def test_interleaved_dp_overlap_window_by_formula():
         passes, edge = ((v - 1) * p / v, v) if v > 1 else (1.0, buckets)
         expected = max(rs - min(rs, passes * stage_bwd), rs / edge) + max(ag - min(ag, passes * stage_fwd), ag / edge)
         assert got == pytest.approx(float(expected), rel=1e-9), v
-    # more chunks: a wider window and a smaller exposed last chunk; but v = 2 exposes half the traffic, more than
-    # one pass of bucket overlap leaves without interleaving here
-    assert out["dp_comm_s"][3] < out["dp_comm_s"][2] < out["dp_comm_s"][1] and out["dp_comm_s"][1] > out["dp_comm_s"][0]
+    # here the reduce-scatter outlasts the widest window, so the window formula itself decides the exposed time
+    assert all(rs > (v - 1) * p / v * stage_bwd for v in vs[1:])
     plain = step_columns(m, hw, job, columns(rows),
                          runtime=Runtime(overlap_grad_reduce=False, overlap_param_gather=False))
     assert np.allclose(plain["dp_comm_s"], plain["dp_comm_s"][0], rtol=1e-12)

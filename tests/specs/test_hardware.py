@@ -103,6 +103,7 @@ def test_edited_hardware_yaml_is_re_read(tmp_path):
      "bandwidth_gb_per_s_per_direction"),                                                        # negative bandwidth
     ("hbm_capacity_gib: 79.65", "hbm_capacity_gib: 85899345920", "hbm_capacity_gib"),           # 80 GiB in bytes
     ("bf16: 989.4", "bf16: 9.894e14", "bf16"),                                                   # FLOP/s not TFLOP/s
+    ("gpus_per_node: 8\n", "gpus_per_node: 8\n  gpus_per_host: 3\n", "gpus_per_host"),       # host must divide node
 ])
 def test_bad_user_yaml_raises_naming_the_field(tmp_path, old, new, field):
     text = h100_text()
@@ -155,10 +156,16 @@ def test_gb200_nvlink_domain_is_the_node():
 
 def test_smallest_fitting_gpu_count_steps_in_allocation_units():
     """405B does not fit on 32 GPUs; the suggested count is a whole number of allocation units: 4-GPU GB200 trays
-    (so not the next 72-GPU domain), 8-GPU H100 nodes."""
+    (so not the next 72-GPU domain), 8-GPU H100 nodes, and no smaller one fits."""
     from planner.search import run_search
 
     gb = run_search("405b", 32, hardware="gb200")
     h1 = run_search("405b", 32, hardware="h100-sxm")
     assert len(gb.table) == 0 and gb.min_gpus_that_fit % 4 == 0 and 32 < gb.min_gpus_that_fit < 72
     assert len(h1.table) == 0 and h1.min_gpus_that_fit % 8 == 0
+    # it is the smallest: one unit fewer does not fit, even when the scan had to double past it (8 -> 128 on H100)
+    for hw, count in (("gb200", gb.min_gpus_that_fit), ("h100-sxm", h1.min_gpus_that_fit)):
+        unit = load_hardware(hw).alloc_gpus
+        assert len(run_search("405b", count, hardware=hw).table) > 0
+        assert len(run_search("405b", count - unit, hardware=hw, find_min_gpus=False).table) == 0
+    assert run_search("405b", 8, hardware="h100-sxm").min_gpus_that_fit == h1.min_gpus_that_fit
