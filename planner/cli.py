@@ -144,16 +144,13 @@ def plan(
         _export_layout(export, model, gpus, pins, common, output)
         raise typer.Exit(EXIT_OK)
 
-    if tp is not None and pp is not None and dp is not None:
+    if pinned:
         ev = evaluate(model, gpus, **pins, **common)
         if budget["tokens"] is not None:
-            import pandas as pd
+            from planner.sweep import add_budget_to_row
 
-            from planner.sweep import add_budget_columns
-
-            frame = add_budget_columns(pd.DataFrame([ev.row]), budget["tokens"], gpus, ev.result.hardware,
-                                       budget["price_usd_per_gpu_hour"], budget["pue"])
-            ev.row.update(frame.iloc[0].to_dict())
+            add_budget_to_row(ev.row, budget["tokens"], gpus, ev.result.hardware, budget["price_usd_per_gpu_hour"],
+                              budget["pue"])
         if fmt is Format.table:
             report.print_breakdown(ev, out)
         elif fmt is Format.json:

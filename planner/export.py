@@ -86,8 +86,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
         # torchtitan counts the embedding and the output as `*_stage_less_layers` layers on the first and last stage
         # and splits L plus those into PP x VPP stages. The plan's split: (L + 2)/p slots per stage when PP does not
         # divide L (Megatron's embedding/loss accounting, weights 1), else L/p (weights 0, not torchtitan's 1).
-        even = int(stage_layers(m.layers, pp)[0]) == int(stage_layers(m.layers, pp)[1])
-        edge_weight = 0 if even else 1
+        edge, mid = (int(x) for x in stage_layers(m.layers, pp))
+        edge_weight = 0 if edge == mid else 1
         lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
                   f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}",
                   f"pipeline_parallel_first_stage_less_layers = {edge_weight}",

@@ -55,6 +55,16 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=bu
     return df
 
 
+def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> dict:
+    """add_budget_columns for one layout given as a dict (in place; returns row)."""
+    import pandas as pd
+
+    part = add_budget_columns(pd.DataFrame({"tokens_per_s": [row["tokens_per_s"]]}), tokens, gpus, hw,
+                              price_usd_per_gpu_hour, pue)
+    row.update(part.iloc[0].to_dict())
+    return row
+
+
 def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
           pue=budget.DEFAULT_PUE, **search_kwargs):
     """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame."""
@@ -104,9 +114,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
             row.update(status="nothing fits in memory" if len(r.closest) else "no valid layout", fits=False,
                        tokens_per_s=np.nan)
         if tokens is not None:
-            part = pd.DataFrame({"tokens_per_s": [row["tokens_per_s"]]})
-            add_budget_columns(part, tokens, gpus, hw, price_usd_per_gpu_hour, pue)
-            row.update(part.iloc[0].to_dict())
+            add_budget_to_row(row, tokens, gpus, hw, price_usd_per_gpu_hour, pue)
         rows.append(row)
     df = pd.DataFrame(rows)
     key, ascending = SORT_KEYS[sort]

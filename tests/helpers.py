@@ -61,7 +61,6 @@ def zero3_pays_off(m, tp: int, pp: int, dp: int, param_bytes=2, grad_bytes=4) ->
     prec = Precision(param_bytes=param_bytes, grad_bytes=grad_bytes)
     layer, edge = float(layer_params_per_gpu(m, tp)), m.vocab * m.hidden / tp
     stages = [float(x) for x in stage_params(m, tp, pp)]          # first, middle, last
-    flags = [(True, pp == 1), (pp == 1, pp == 1), (pp == 1, True)] if pp > 2 else [(True, pp == 1), (True, True),
-                                                                                    (pp == 1, True)]
-    costs = [float(zero3_transient_bytes(layer, edge, first, last, prec)) for first, last in flags]
+    index = (0, 1 if pp > 2 else 0, pp - 1)                       # the stages memory_breakdown looks at
+    costs = [float(zero3_transient_bytes(layer, edge, r == 0, r == pp - 1, prec)) for r in index]
     return all(param_bytes * p_r * (1 - 1 / dp) >= c for p_r, c in zip(stages, costs))
