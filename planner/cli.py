@@ -324,27 +324,35 @@ def hardware_cmd():
 @app.command("validate")
 @handle_errors
 def validate_cmd(
-    runs_file: Optional[str] = typer.Argument(None, help="YAML of measured runs (default: the bundled published runs)."),
+    runs_file: Optional[str] = typer.Argument(
+        None, help="YAML of measured runs, in the bundled file's format or the shared dataset's flat one "
+                   "(default: the bundled published runs)."),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
     from planner import report
-    from planner.validate import load_runs, predict_all, summarize
+    from planner.validate import load_runs_file, predict_all, summarize
 
     fmt = output_format(fmt, output)
     if fmt is Format.csv:
         raise PlannerError("--format", "validate supports table or json")
-    preds = predict_all(load_runs(runs_file))
-    failed = next((p for p in preds if p.error is not None), None)
-    if failed is not None:              # a run the planner cannot express is an error in the runs file
-        raise PlannerError(f"run {failed.run.id}", failed.error)
+    runs = load_runs_file(runs_file)
+    preds = predict_all(list(runs.runs))
+    failed = [p for p in preds if p.error is not None]
+    skipped = dict(runs.skipped)
+    if failed and not runs.shared_format:   # a run the planner cannot express is an error in the runs file
+        raise PlannerError(f"run {failed[0].run.id}", failed[0].error)
+    skipped.update({p.run.id: p.error for p in failed})     # shared-dataset files: listed with the reason
+    preds = [p for p in preds if p.error is None]
+    if not preds:
+        raise PlannerError("runs file", f"none of its runs can be predicted (e.g. {next(iter(skipped.items()))})")
     stats = summarize(preds)
     if fmt is Format.json:
-        _emit(report.json_text(report.validation_document(preds, stats)), output)
+        _emit(report.json_text(report.validation_document(preds, stats, skipped)), output)
     else:
-        report.print_validation(preds, stats, _out())
+        report.print_validation(preds, stats, _out(), skipped)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,14 +219,15 @@ def validation_record(p) -> dict:
     return rec
 
 
-def validation_document(preds, stats) -> dict:
+def validation_document(preds, stats, skipped: dict | None = None) -> dict:
     summary = {group: {k: _plain(v) for k, v in values.items()} for group, values in stats.items()}
     return {"runs": [validation_record(p) for p in preds], "summary": summary,
+            "skipped": [{"id": k, "reason": v} for k, v in (skipped or {}).items()],
             "notes": "throughput_error = measured step time / predicted step time - 1 (+ = planner optimistic); "
                      "searched_knobs were not stated by the source and take the planner's best choice"}
 
 
-def print_validation(preds, stats, out: Console) -> None:
+def print_validation(preds, stats, out: Console, skipped: dict | None = None) -> None:
     t = Table(title="Measured vs predicted (* = not stated by the source: the planner's best choice)",
               title_justify="left", header_style="bold")
     for col in ("run", "hardware", "GPUs", "layout", "metric", "measured", "predicted", "error", "memory", "set"):
@@ -255,6 +256,14 @@ def print_validation(preds, stats, out: Console) -> None:
         pct = (lambda x: "-") if st["runs"] == 0 else (lambda x: f"{x:.1%}")     # an empty group has no statistics
         s.add_row(fmt(group), fmt(st["runs"]), fmt(pct(st["mean"])), fmt(pct(st["median"])), fmt(pct(st["max"])))
     out.print(s)
+    if skipped:
+        k = Table(title=f"Not predicted: {len(skipped)} runs the planner cannot express", title_justify="left",
+                  header_style="bold")
+        k.add_column("run")
+        k.add_column("why")
+        for run_id, why in skipped.items():
+            k.add_row(run_id, why)
+        out.print(k)
 
 
 # --- sweeps and hardware comparisons ------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from planner.cost import flops
+from planner.cost.params import total_params
 from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
+from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
 from planner.specs.strategy import Layout, Precision, Runtime, check_knobs
@@ -96,7 +98,7 @@ class ValidationRun(_Strict):
     runtime: RunRuntime
     precision: RunPrecision = RunPrecision()
     measured: Measured
-    flops_convention: Literal["model", "model_plus_full_recompute"] | None = None
+    flops_convention: Literal["model", "model_plus_full_recompute", "gpt_neox_2021"] | None = None
     peak_tflops: float | None = Field(default=None, gt=0)
     other_reported: dict = {}
     assumptions: dict = {}
@@ -108,7 +110,8 @@ class ValidationRun(_Strict):
         if len(given) != 1:
             raise ValueError(f"measured must give exactly one of {', '.join(THROUGHPUT_KEYS)}, got {given or 'none'}")
         if given[0] in ("tflops_per_gpu", "mfu") and self.flops_convention is None:
-            raise ValueError(f"measured {given[0]} needs flops_convention (model or model_plus_full_recompute)")
+            raise ValueError(f"measured {given[0]} needs flops_convention (model, model_plus_full_recompute or "
+                             "gpt_neox_2021)")
         if given[0] == "mfu" and self.peak_tflops is None:
             raise ValueError("measured mfu needs peak_tflops (the peak the source divides by)")
         return self
@@ -136,11 +139,38 @@ class RunsFile(_Strict):
     meta: dict = {}
     runs: list[ValidationRun]
     layer_times: list[LayerTime] = []
+    # Shared-dataset files only (planner.shared_runs): runs the planner cannot express, id -> why.
+    skipped: dict[str, str] = {}
+    shared_format: bool = False
 
 
 def load_runs_file(path: str | Path | None = None) -> RunsFile:
+    """The planner's own runs format, or the shared dataset's flat format (converted by planner.shared_runs)."""
     p = BUNDLED_RUNS if path is None else Path(path).expanduser()
-    return validate(RunsFile, read_mapping(p, "runs file"), f"runs file {p.name}")
+    data = read_mapping(p, "runs file")
+    if is_shared_format(data):
+        return _from_shared(data, p.name)
+    return validate(RunsFile, data, f"runs file {p.name}")
+
+
+def _from_shared(data: dict, name: str) -> RunsFile:
+    runs, skipped = [], {}
+    for i, raw in enumerate(data["runs"]):
+        run_id = str(raw.get("id") or f"runs.{i}")
+        converted, why = convert_run(raw)
+        if converted is None:
+            skipped[run_id] = why
+            continue
+        try:
+            runs.append(validate(ValidationRun, converted, f"run {run_id}"))
+        except PlannerError as exc:
+            skipped[run_id] = str(exc)
+    if not runs:
+        first = next(iter(skipped.items()))
+        raise PlannerError(f"runs file {name}",
+                           f"none of its {len(skipped)} runs can be expressed (e.g. {first[0]}: {first[1]})")
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    return RunsFile(meta=meta, runs=runs, skipped=skipped, shared_format=True)
 
 
 def load_runs(path: str | Path | None = None) -> list[ValidationRun]:
@@ -202,9 +232,14 @@ class Prediction:
 
 
 def _convention_flops(run: ValidationRun, spec) -> float:
+    """FLOPs per step as the source counts them. gpt_neox_2021: GPT-NeoX's logger before 2023
+    (megatron/logging.py get_flops: 6 x total parameters + 60·s·h·L per token, no recompute term; replaced by the
+    Megatron-DeepSpeed 96-form in gpt-neox PR #1044, Sept 2023)."""
     s, b = spec.seq_len, run.model.global_batch
     if run.flops_convention == "model_plus_full_recompute":
         return float(b * s * flops.hardware_flops_per_token(spec, s, 2))
+    if run.flops_convention == "gpt_neox_2021":
+        return float(b * s * (6.0 * total_params(spec) + 60.0 * s * spec.hidden * spec.layers))
     return float(flops.model_flops_per_step(spec, s, b))
 
 

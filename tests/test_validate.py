@@ -164,3 +164,15 @@ def test_published_activation_memory_ratios(model, heads, hidden, expected):
     got = [100 * float(activation_bytes_per_layer(m, 2048, 1, 8, sp, rc, flash_attention=False)) / base
            for sp, rc in variants]
     assert got == pytest.approx(list(expected), abs=0.6)
+
+
+def test_a_problem_in_one_of_many_runs_names_that_run_once(tmp_path, capsys):
+    """The error line speaks of the first bad run only, not of every run's missing fields."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    for r in data["runs"][:40]:
+        r["hardwre"] = r.pop("hardware")
+    path = tmp_path / "many.yaml"
+    path.write_text(yaml.safe_dump(data))
+    line = bad_line(capsys, "validate", path)
+    assert_mentions(line, "runs.0.hardwre", "did you mean 'hardware'")
+    assert len(line) < 200 and "runs.1." not in line

@@ -45,8 +45,11 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
     except ValidationError as exc:
         errors = exc.errors()
         err = errors[0]
-        missing = [e["loc"][-1] for e in errors if e["type"] == "missing"]
-        extra = [e for e in errors if e["type"] == "extra_forbidden"]
+        # Only the first failing record counts (a list of 90 runs must not list 90 runs' problems).
+        scope = err["loc"][:-1]
+        same = [e for e in errors if e["loc"][:-1] == scope]
+        missing = list(dict.fromkeys(e["loc"][-1] for e in same if e["type"] == "missing"))
+        extra = [e for e in same if e["type"] == "extra_forbidden"]
         if missing and extra:                     # most likely a typo of a required field: name both
             import difflib
 

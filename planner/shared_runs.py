@@ -1,0 +1,330 @@
+"""Read measured runs written in the shared dataset's flat format (shared/validation/published_runs.yaml).
+
+That format describes each run in the words of its source: `gpu: "A100-SXM4-80GB (Selene)"`, `framework:
+"Megatron-Core r0.8.0 (--overlap-grad-reduce ...)"`, `recompute: "full (DeepSpeed activation checkpointing)"`,
+`zero_stage: "FSDP FULL_SHARD"`, null where the source is silent. `convert_run` maps one such run onto the
+planner's own run schema (planner/data/published_runs.yaml) with fixed, documented rules, and records every rule it
+applied under `assumptions`; a run the cost model cannot express (MoE, context parallelism, FP8, TPU, a recompute
+policy between selective and full, no GPU count, ...) is returned as skipped with the reason. Nothing here is
+tuned to a run: the same rules apply to every file.
+
+Rules (each one is why, briefly):
+- hardware: the GPU's name picks the profile; an A100 whose memory the source does not state is the 40 GB
+  original (the 80 GB part shipped in November 2020, after the earliest runs that omit it).
+- architecture: a model-family name (Llama, MPT, BLOOM, GPT-NeoX, Nemotron, OPT, Falcon, GPT) fixes the details
+  the format lacks (gated MLP, tied embeddings, norm, biases, positions, dropout); otherwise the gated-MLP and
+  tied-embedding choice closest to the stated `params_b` wins. Dropout in GPT-style models follows the era
+  (Megatron GPT configs used it until Megatron-Core).
+- layout: a knob the source leaves null is searched (the planner's best choice, starred in the report); dp is
+  num_gpus / (tp·pp) when tp and pp are stated.
+- runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
+  torchtitan after mid-2022); Megatron's async TP backward from 2022 (not in DeepSpeed forks); TP-comm overlap,
+  gradient-reduce and parameter-gather overlap where the framework text names them or the framework is FSDP;
+  DeepSpeed ZeRO-3 gathers per weight matrix over flat rings.
+- measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
+  source's FLOP accounting (Narayanan's 96-form or "hardware FLOPs" count the recompute forward) picks the
+  convention.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# Profiles by GPU name, most specific first.
+_HARDWARE = (
+    (r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
+    (r"mi300x", "mi300x"), (r"a100.*40\s*gb", "a100-40gb"), (r"a100.*80\s*gb", "a100-80gb"),
+    (r"a100", "a100-40gb"), (r"v100", "v100-sxm"),
+)
+_NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)",
+               r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
+               r"gh200": "GH200 (Grace Hopper superchip; no profile)",
+               r"pcie|h100\s*nvl": "PCIe card (no NVSwitch node; no profile)"}
+
+_GPUS_PER_NODE = 8      # DGX/HGX nodes, for the model-parallel split rule only
+
+_MODERN = dict(gated_mlp=True, tied_embeddings=False, norm="rmsnorm", bias=False, learned_positions=False,
+               dropout=False)
+_GPT = dict(gated_mlp=False, norm="layernorm", bias=True, learned_positions=True)
+# Architecture details by family name (model cards / training configs of each family).
+_FAMILIES = (
+    (r"llama|mistral|qwen|olmo|internlm|baichuan", _MODERN),
+    (r"gemma", {**_MODERN, "tied_embeddings": True}),
+    (r"mpt", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=False, learned_positions=False,
+                  dropout=False)),                                            # ALiBi, no biases
+    (r"bloom", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=True, learned_positions=False,
+                    dropout=True)),                                           # ALiBi
+    (r"neox|pythia", dict(gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=True,
+                          learned_positions=False, dropout=False)),           # rotary
+    (r"nemotron", dict(gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=False,
+                       learned_positions=False, dropout=False)),              # squared ReLU, RoPE
+    (r"falcon", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=False, learned_positions=False,
+                     dropout=False)),
+    (r"\bopt\b", dict(**_GPT, tied_embeddings=True, dropout=True)),
+    (r"gpt|mt-nlg|megatron|turing", _GPT),
+)
+_THROUGHPUT = (("iteration_time_s", "iteration_time_s"), ("tokens_per_s", "tokens_per_s"),
+               ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu"), ("measured_tflops_per_gpu", "tflops_per_gpu"),
+               ("measured_mfu", "mfu"))
+
+
+def is_shared_format(data: dict) -> bool:
+    """True for a file in the shared dataset's flat format (runs carry `num_gpus`/`gpu`, not `hardware`)."""
+    runs = data.get("runs")
+    return (isinstance(runs, list) and bool(runs) and all(isinstance(r, dict) for r in runs)
+            and any("num_gpus" in r or "gpu" in r for r in runs) and not any("hardware" in r for r in runs))
+
+
+class _Skip(Exception):
+    """The run cannot be expressed; the message says why."""
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value).lower()
+
+
+# The year a framework's runs date from when the source names none (it decides the runtime features below).
+_FRAMEWORK_YEAR = ((r"megatron-core|nemo|megatron-bridge|torchtitan", 2024), (r"composer|llm-foundry|gigatron", 2023),
+                   (r"deepspeed|gpt-neox|metaseq", 2022))
+
+
+def _year(run: dict) -> int | None:
+    """The source's year (its citation, else its framework's era); None: unknown, treated as current."""
+    found = re.findall(r"\b20[12]\d\b", f"{run.get('group', '')} {run.get('source', '')}")
+    if found:
+        return min(int(y) for y in found)
+    fw = _text(run.get("framework"))
+    return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
+
+
+def _hardware(run: dict) -> str:
+    gpu = _text(run.get("gpu"))
+    for pattern, reason in _NO_PROFILE.items():
+        if re.search(pattern, gpu):
+            raise _Skip(reason)
+    for pattern, profile in _HARDWARE:
+        if re.search(pattern, gpu):
+            return profile
+    raise _Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
+
+
+def _params_b(model: dict) -> float:
+    from planner.cost.params import total_params
+    from planner.specs.model import ModelFile
+
+    return total_params(ModelFile(**model).to_spec()) / 1e9
+
+
+def _architecture(run: dict, year: int | None, notes: dict) -> dict:
+    name = _text(run.get("model"))
+    need = [k for k in ("layers", "hidden", "heads", "vocab", "seq_len") if run.get(k) is None]
+    if need:
+        raise _Skip(f"architecture not stated ({', '.join(need)})")
+    h = int(run["hidden"])
+    model = {"name": re.sub(r"[^a-z0-9.]+", "-", name).strip("-") or str(run["id"]),
+             "description": str(run.get("model") or ""), "layers": int(run["layers"]), "hidden": h,
+             "ffn_hidden": int(run.get("ffn_hidden") or 4 * h), "heads": int(run["heads"]),
+             "vocab": int(run["vocab"]), "seq_len": int(run["seq_len"])}
+    if run.get("kv_heads"):
+        model["kv_heads"] = int(run["kv_heads"])
+    family = next(((p, f) for p, f in _FAMILIES if re.search(p, name)), None)
+    if family is not None:
+        flags = dict(family[1])
+        notes["architecture"] = f"family {family[0]!r} from the model name"
+    else:
+        flags = dict(_MODERN)
+        notes["architecture"] = "no known family name: modern decoder defaults (RMSNorm, RoPE, no biases)"
+    if "tied_embeddings" not in flags and year is not None and year <= 2022:
+        flags["tied_embeddings"] = True       # Megatron-LM tied input and output embeddings until Megatron-Core
+    if "tied_embeddings" not in flags or family is None:
+        # The stated parameter count decides what the format does not say (gated MLP, tied embeddings).
+        choices = [dict(gated_mlp=g, tied_embeddings=t) for g in (flags["gated_mlp"], not flags["gated_mlp"])
+                   for t in (True, False)] if family is None else \
+            [dict(tied_embeddings=t) for t in (True, False)]
+        if run.get("params_b"):
+            best = min(choices, key=lambda c: abs(_params_b({**model, **flags, **c}) - float(run["params_b"])))
+            notes["params_b"] = f"{best} gives the parameter count closest to params_b={run['params_b']}"
+        else:
+            best = choices[0]
+        flags.update(best)
+    if "dropout" not in flags:
+        flags["dropout"] = year is not None and year <= 2022   # Megatron GPT configs dropped it with Megatron-Core
+    return {**model, **flags}
+
+
+_RECOMPUTE = ((r"^\s*(none|no|off|false|disabled)\b", "none"),
+              (r"^\s*selective\s*(\(attention core|$)", "selective"), (r"^\s*selective", None),
+              (r"^\s*(full|true|yes|on)\b|^\s*(activation|gradient) checkpointing\s*$", "full"))
+
+
+def _recompute(value) -> str | None:
+    text = _text(value)
+    if not text:
+        return None
+    for pattern, code in _RECOMPUTE:
+        if re.search(pattern, text) and code is not None:
+            return code
+        if re.search(pattern, text):
+            break
+    raise _Skip(f"recompute {value!r}: only none, selective (the attention core) and full recomputation are modelled")
+
+
+def _zero_stage(value) -> int | None:
+    text = _text(value)
+    if not text:
+        return None
+    if re.search(r"fsdp|fully.shard|full_shard", text):
+        if "hybrid" in text:
+            raise _Skip(f"zero_stage {value!r}: hybrid sharding is not modelled")
+        return 3
+    if "distributed optimizer" in text:
+        return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
+    if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
+        return 0
+    m = re.search(r"(?:zero-?\s*|stage\s*|^)([0-3])\b", text)
+    return int(m.group(1)) if m else None
+
+
+def _legacy(run: dict, year: int | None) -> tuple[bool, bool]:
+    """(DeepSpeed-based stack, Megatron-LM before its 2022 distributed optimizer)."""
+    fw = _text(run.get("framework"))
+    deepspeed = "deepspeed" in fw or "neox" in fw
+    old_megatron = "megatron" in fw and "core" not in fw and not deepspeed and (year or 9999) <= 2022
+    return deepspeed, old_megatron
+
+
+def _layout(run: dict, year: int | None, notes: dict) -> dict:
+    for key in ("cp", "ep"):
+        if (run.get(key) or 1) > 1:
+            what = "context parallelism" if key == "cp" else "expert parallelism"
+            raise _Skip(f"{key}={run[key]}: {what} is not modelled yet")
+    layout: dict[str, Any] = {k: int(run[k]) for k in ("tp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
+    mps = run.get("model_parallel_size")
+    if not ({"tp", "pp", "dp"} & set(layout) or mps or run.get("num_gpus") == 1):
+        raise _Skip("parallel layout not stated (tp, pp, dp and model_parallel_size are all null)")
+    if "tp" not in layout and "pp" not in layout and mps:
+        # Narayanan et al. 2021 §3.3, takeaway 1: tensor parallelism up to the GPUs of a node, pipeline across nodes.
+        layout["tp"] = math.gcd(int(mps), _GPUS_PER_NODE)
+        layout["pp"] = int(mps) // layout["tp"]
+        notes["tp"] = f"model_parallel_size {mps} split as TP {layout['tp']} (one node) x PP {layout['pp']}"
+    if "dp" not in layout and "tp" in layout and "pp" in layout and run.get("num_gpus"):
+        layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout["pp"])
+    sp = run.get("sequence_parallel")
+    if sp is not None:
+        layout["sequence_parallel"] = sp if isinstance(sp, bool) else _text(sp) in ("true", "yes", "on", "1")
+    for key, value in (("recompute", _recompute(run.get("recompute"))),
+                       ("zero_stage", _zero_stage(run.get("zero_stage")))):
+        if value is not None:
+            layout[key] = value
+    # Unstated knobs that the stack of the day did not have are not searched (features and their dates:
+    # selective recompute and sequence parallelism, Korthikanti et al. May 2022; Megatron's distributed
+    # optimizer, 2022; DeepSpeed's pipeline engine runs only non-interleaved 1F1B).
+    deepspeed, old_megatron = _legacy(run, year)
+    before_2022 = deepspeed or (year is not None and year <= 2021)
+    defaults = {"recompute": ("full", before_2022), "sequence_parallel": (False, before_2022),
+                "zero_stage": (0, old_megatron), "vpp": (1, deepspeed)}
+    for key, (value, applies) in defaults.items():
+        if key not in layout and applies:
+            layout[key] = value
+            notes[key] = f"{value}: not stated; the {year or 'DeepSpeed'} stack had no alternative"
+    return layout
+
+
+def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
+    fw = _text(run.get("framework"))
+    deepspeed = _legacy(run, year)[0]
+    fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
+    rt = {"flash_attention": year is None or year >= 2023,
+          "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
+          "tp_comm_overlap": bool(re.search(r"tp.comm.overlap", fw)),
+          "overlap_grad_reduce": fsdp or bool(re.search(r"overlap.grad.reduce", fw)),
+          "overlap_param_gather": fsdp or bool(re.search(r"overlap.param.gather", fw))}
+    if deepspeed and zero == 3:
+        rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
+    return rt
+
+
+def _precision(run: dict, year: int | None) -> dict:
+    text = _text(run.get("precision"))
+    if "fp8" in text:
+        raise _Skip("FP8 training is not modelled yet")
+    sixteen_bit_grads = "pure" in text or ("bf16" not in text and re.search(r"fp16|16-bit", text) is not None)
+    out = {"grad_bytes": 2} if sixteen_bit_grads else {}
+    if sixteen_bit_grads and _legacy(run, year)[1]:
+        out["optimizer_bytes"] = 16          # legacy Megatron fp16: fp32 main grads live beside Adam's 12 bytes
+    return out
+
+
+def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: dict) -> tuple[dict, dict]:
+    """(measured, extra top-level fields: flops_convention, peak_tflops)."""
+    accounting = _text(run.get("flops_accounting"))
+    recompute_counted = bool(re.search(r"96\s*\*|hfu-like|4\s*\*\s*2|hardware tflop", accounting))
+    extra: dict[str, Any] = {}
+    derived = set(run.get("inferred") or {}) if isinstance(run.get("inferred"), dict) else set()
+    for src, dst in _THROUGHPUT:
+        if run.get(src) and src not in derived:         # a figure the dataset derived is not a measurement
+            measured = {dst: float(run[src])}
+            break
+    else:
+        hfu = next((run[k] for k in ("measured_hfu", "measured_pct_of_peak") if run.get(k) and k not in derived), None)
+        if not hfu or layout.get("recompute") != "full":
+            only = sorted(derived & {src for src, _ in _THROUGHPUT})
+            raise _Skip(f"throughput only derived by the dataset ({', '.join(only)} under `inferred`), not measured"
+                        if only else "no measured throughput (HFU alone needs full recompute to compare)")
+        measured, recompute_counted = {"mfu": float(hfu)}, True
+    if next(iter(measured)) in ("tflops_per_gpu", "mfu"):
+        extra["flops_convention"] = "model_plus_full_recompute" if recompute_counted else "model"
+        notes["flops_convention"] = f"{extra['flops_convention']} (from flops_accounting)"
+        if not accounting and "neox" in _text(run.get("framework")) and (year or 9999) <= 2022:
+            extra["flops_convention"] = "gpt_neox_2021"          # the logger GPT-NeoX had before 2023
+            notes["flops_convention"] = "gpt_neox_2021: GPT-NeoX's logger of the day (6N + 60·s·h·L per token)"
+    if "mfu" in measured:
+        from planner.specs.hardware import load_hardware
+
+        extra["peak_tflops"] = float(run.get("peak_tflops_assumed") or load_hardware(hardware).peak_flops / 1e12)
+    if run.get("memory_per_gpu_gib"):
+        measured["memory_gib"] = float(run["memory_per_gpu_gib"])
+    return measured, extra
+
+
+def convert_run(run: dict) -> tuple[dict | None, str | None]:
+    """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
+    try:
+        if run.get("moe"):
+            raise _Skip("mixture-of-experts model: not a dense decoder")
+        if not run.get("num_gpus"):
+            raise _Skip("GPU count not stated")
+        year = _year(run)
+        notes: dict[str, str] = {}
+        hardware = _hardware(run)
+        notes["hardware"] = f"{run.get('gpu')!r} -> {hardware}"
+        model = _architecture(run, year, notes)
+        batch = run.get("global_batch")
+        if batch is None and run.get("global_batch_tokens"):
+            batch = round(run["global_batch_tokens"] / model["seq_len"])
+        if not batch:
+            raise _Skip("global batch not stated")
+        model["global_batch"] = int(batch)
+        layout = _layout(run, year, notes)
+        fw = _text(run.get("framework"))
+        multiple = 128 * layout.get("tp", 1)
+        if re.search(r"megatron|neox|nemo", fw) and model["vocab"] % multiple:
+            # Megatron pads the embedding to a multiple of 128 x TP (--make-vocab-size-divisible-by).
+            padded = -(-model["vocab"] // multiple) * multiple
+            notes["vocab"] = f"{model['vocab']} padded to {padded} (Megatron: a multiple of 128 x TP)"
+            model["vocab"] = padded
+        measured, extra = _measured(run, layout, hardware, year, notes)
+        runtime = _runtime(run, year, layout.get("zero_stage"))
+        precision = _precision(run, year)
+        notes["runtime"] = f"from framework {run.get('framework')!r} and source year {year}"
+        converted = {"id": str(run.get("id")), "group": str(run.get("group") or "runs"),
+                     "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
+                     "model": model, "hardware": hardware, "gpus": int(run["num_gpus"]), "layout": layout,
+                     "runtime": runtime, "precision": precision, "measured": measured, **extra, "assumptions": notes}
+    except _Skip as why:
+        return None, str(why)
+    except (ValueError, TypeError, ArithmeticError) as exc:      # a malformed field: say which value failed
+        return None, f"malformed run: {exc}"
+    return converted, None

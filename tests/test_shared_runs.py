@@ -1,0 +1,179 @@
+"""Runs in the shared dataset's flat format (planner.shared_runs): every rule, and the whole shared file checked
+against the bundled runs, which were converted from it by hand."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_contract import assert_mentions
+from cli_contract import bad as bad_line
+from cli_contract import run as run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.shared_runs import convert_run, is_shared_format
+from planner.validate import BUNDLED_RUNS, load_runs_file, measured_step_time_s, predict, summarize
+
+SHARED = Path(__file__).parent / "data" / "shared_published_runs.yaml"
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return load_runs_file(SHARED)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return {r.id: r for r in load_runs_file(BUNDLED_RUNS).runs}
+
+
+def _run(**fields) -> dict:
+    """A minimal flat-format run (GPT-3 175B on 1024 A100s); fields override."""
+    base = dict(id="r", group="g", source="s", model="GPT 175B", params_b=None, layers=96, hidden=12288,
+                ffn_hidden=None, heads=96, kv_heads=None, vocab=51200, seq_len=2048, moe=None, gpu="A100 80GB",
+                num_gpus=1024, tp=8, pp=16, dp=None, cp=None, ep=None, vpp=None, model_parallel_size=None,
+                sequence_parallel=None, recompute="full", zero_stage=None, micro_batch=1, global_batch=1536,
+                global_batch_tokens=None, precision="bf16", framework="Megatron-Core", iteration_time_s=30.0,
+                tokens_per_s=None, tokens_per_s_per_gpu=None, measured_tflops_per_gpu=None, measured_mfu=None,
+                measured_hfu=None, measured_pct_of_peak=None, memory_per_gpu_gib=None, peak_tflops_assumed=None,
+                flops_accounting=None, inferred=None)
+    return {**base, **fields}
+
+
+def test_the_shared_file_converts_exactly_the_runs_the_bundle_holds(shared, bundled):
+    """Two independent conversions of the same file agree on which runs are expressible."""
+    assert shared.shared_format and len(shared.runs) + len(shared.skipped) == 92
+    assert {r.id for r in shared.runs} == {i for i in bundled if not i.startswith(_ADDED)}
+    assert all(reason for reason in shared.skipped.values())
+
+
+_ADDED = ("llama3_", "nemotron4_", "nvidia_dgxc_", "together_")   # runs the bundle added from their own sources
+
+
+def test_converted_runs_match_the_hand_conversion(shared, bundled):
+    for run in shared.runs:
+        ref = bundled[run.id]
+        assert (run.hardware, run.gpus) == (ref.hardware, ref.gpus), run.id
+        # the same measured step time (torchtitan: the stated MFU, where the bundle took the interpreted WPS column)
+        assert measured_step_time_s(run) == pytest.approx(measured_step_time_s(ref), rel=0.02), run.id
+        for knob in ("tp", "dp", "micro_batch", "recompute", "sequence_parallel"):
+            if getattr(ref.layout, knob) is not None:
+                assert getattr(run.layout, knob) == getattr(ref.layout, knob), (run.id, knob)
+        for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce"):
+            assert getattr(run.runtime, flag) == getattr(ref.runtime, flag), (run.id, flag)
+
+
+def test_the_shared_file_meets_the_median_target(shared):
+    preds = [predict(r) for r in shared.runs]
+    assert all(p.error is None and p.fits for p in preds)
+    assert summarize(preds)["overall"]["median"] <= 0.08
+
+
+@pytest.mark.parametrize("gpu, profile", [
+    ("A100-SXM4-80GB (Selene)", "a100-80gb"), ("A100 40GB", "a100-40gb"),
+    ("A100 (DGX-A100, memory size not stated)", "a100-40gb"), ("H100 (SXM, variant not stated)", "h100-sxm"),
+    ("H200 SXM 141GB", "h200-sxm"), ("B200", "b200"), ("GB200 NVL72", "gb200"), ("V100 (DGX-2)", "v100-sxm"),
+    ("MI300X", "mi300x"),
+])
+def test_gpu_names_pick_the_profile(gpu, profile):
+    converted, why = convert_run(_run(gpu=gpu, num_gpus=128, pp=16, tp=8))
+    assert why is None and converted["hardware"] == profile
+
+
+@pytest.mark.parametrize("fields, reason", [
+    (dict(gpu="TPU v4"), "TPU"), (dict(gpu="H800"), "H800"), (dict(gpu="H100 PCIe"), "PCIe"),
+    (dict(gpu="Gaudi 2"), "no hardware profile"), (dict(moe={"experts": 8}), "mixture-of-experts"),
+    (dict(cp=16), "context parallelism"), (dict(ep=8), "expert parallelism"), (dict(num_gpus=None), "GPU count"),
+    (dict(tp=None, pp=None), "parallel layout not stated"), (dict(vocab=None), "architecture not stated (vocab)"),
+    (dict(recompute="selective layer"), "selective layer"), (dict(precision="fp8 hybrid"), "FP8"),
+    (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
+    (dict(iteration_time_s=None, tokens_per_s_per_gpu=900.0, inferred={"tokens_per_s_per_gpu": "from GPU-hours"}),
+     "only derived"),
+    (dict(layers="many"), "malformed"),
+])
+def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
+    converted, why = convert_run(_run(**fields))
+    assert converted is None and reason in why
+
+
+@pytest.mark.parametrize("text, code", [
+    ("full (DeepSpeed activation checkpointing)", "full"), ("none", "none"), ("selective", "selective"),
+    ("selective (attention core: QK^T, softmax, dropout, attn-over-V)", "selective"), (True, "full"),
+    (False, "none"),
+])
+def test_recompute_words(text, code):
+    assert convert_run(_run(recompute=text))[0]["layout"]["recompute"] == code
+
+
+@pytest.mark.parametrize("text, stage", [("FSDP FULL_SHARD", 3), ("FSDP2", 3), ("3", 3), (1, 1),
+                                         ("ZeRO-1 (BF16_Optimizer's own stage-1 sharding)", 1),
+                                         ("distributed optimizer", 1), ("none", 0)])
+def test_zero_stage_words(text, stage):
+    assert convert_run(_run(zero_stage=text))[0]["layout"]["zero_stage"] == stage
+
+
+def test_the_stated_parameter_count_decides_unknown_architectures():
+    """No family name: the gated-MLP / tied-embedding choice nearest to params_b wins (Llama 2 7B shapes)."""
+    llama = dict(model="Acme 7B", layers=32, hidden=4096, ffn_hidden=11008, heads=32, vocab=32000, seq_len=4096,
+                 tp=1, pp=1, dp=1024, global_batch=1024)
+    gated = convert_run(_run(**llama, params_b=6.74))[0]["model"]
+    assert gated["gated_mlp"] is True and gated["tied_embeddings"] is False
+    plain = convert_run(_run(**llama, params_b=4.47))[0]["model"]        # 2 MLP matrices, tied: 4.47B
+    assert plain["gated_mlp"] is False and plain["tied_embeddings"] is True
+
+
+def test_era_defaults_fill_what_older_stacks_could_not_do():
+    """A 2021 Megatron-LM run that does not state recompute, SP or ZeRO ran full recompute, no SP, no sharding."""
+    old = convert_run(_run(source="Narayanan et al. 2021", framework="Megatron-LM", recompute=None))[0]
+    assert old["layout"]["recompute"] == "full" and old["layout"]["sequence_parallel"] is False
+    assert old["layout"]["zero_stage"] == 0 and old["runtime"]["flash_attention"] is False
+    assert old["model"]["dropout"] is True and old["model"]["tied_embeddings"] is True
+    new = convert_run(_run(source="2024 benchmark", recompute=None))[0]
+    assert "recompute" not in new["layout"] and "zero_stage" not in new["layout"]   # searched
+    assert new["runtime"]["flash_attention"] is True and new["model"]["dropout"] is False
+
+
+def test_megatron_pads_the_vocabulary_and_splits_the_model_parallel_size():
+    converted = convert_run(_run(vocab=50257, tp=None, pp=None, model_parallel_size=96, framework="Megatron-LM"))[0]
+    assert (converted["layout"]["tp"], converted["layout"]["pp"], converted["layout"]["dp"]) == (8, 12, 10)
+    assert converted["model"]["vocab"] == 51200                          # a multiple of 128 x TP 8
+
+
+def test_flops_accounting_picks_the_convention():
+    hfu = dict(iteration_time_s=None, measured_tflops_per_gpu=140.0)
+    narayanan = convert_run(_run(**hfu, flops_accounting="Paper eq.(3): F = 96*B*s*l*h^2*(1 + ...)"))[0]
+    assert narayanan["flops_convention"] == "model_plus_full_recompute"
+    assert convert_run(_run(**hfu, flops_accounting="MFU per PaLM"))[0]["flops_convention"] == "model"
+    mfu = convert_run(_run(iteration_time_s=None, measured_mfu=0.4, gpu="H100"))[0]
+    assert mfu["peak_tflops"] == pytest.approx(989, rel=0.01)            # the profile's dense BF16 peak
+
+
+def test_is_shared_format():
+    assert is_shared_format(yaml.safe_load(SHARED.read_text()))
+    assert not is_shared_format(yaml.safe_load(BUNDLED_RUNS.read_text()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(_run())), st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))))
+def test_any_field_values_convert_or_skip_without_raising(fields):
+    converted, why = convert_run(_run(**fields))
+    assert (converted is None) != (why is None)
+
+
+def test_validate_cli_reads_the_shared_format(capsys):
+    code, out, err = run_cli(capsys, "validate", SHARED, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["runs"]) == 73 and len(doc["skipped"]) == 19
+    assert {"id", "reason"} == set(doc["skipped"][0])
+    code, out, err = run_cli(capsys, "validate", SHARED)
+    assert code == 0 and "Not predicted: 19 runs" in out
+
+
+def test_a_shared_file_with_nothing_expressible_is_one_line(tmp_path, capsys):
+    path = tmp_path / "tpu.yaml"
+    path.write_text(yaml.safe_dump({"runs": [_run(gpu="TPU v4")]}))
+    assert_mentions(bad_line(capsys, "validate", path), "tpu.yaml", "none of its 1 runs", "TPU")
