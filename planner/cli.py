@@ -61,6 +61,8 @@ def plan(
                                                       help="Global batch in tokens; 16M = 16*2^20."),
     top: Optional[str] = typer.Option(None, "--top", help="Rows of a ranked search to show (default 10)."),
     tp: Optional[str] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
+    cp: Optional[str] = typer.Option(None, "--cp", help="Pin context-parallel degree (sequence split; 1 when TP, "
+                                     "PP and DP are all pinned)."),
     pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
     dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
@@ -100,8 +102,9 @@ def plan(
         raise PlannerError(missing, "required (e.g. plan --model 405b --gpus 512; see plan --help)")
     gpus, seq_len, global_batch, top = (int_flag(v, f) for v, f in ((gpus, "--gpus"), (seq_len, "--seq-len"),
                                                                  (global_batch, "--global-batch"), (top, "--top")))
-    tp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp"),
-                                                            (micro_batch, "--micro-batch"), (vpp, "--vpp")))
+    tp, cp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (cp, "--cp"), (pp, "--pp"),
+                                                                    (dp, "--dp"), (micro_batch, "--micro-batch"),
+                                                                    (vpp, "--vpp")))
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
@@ -123,7 +126,7 @@ def plan(
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap)
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
-    pins = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
+    pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, zero_stage=zero_stage)
     out = _out()
     top = 10 if top is None else top
@@ -174,7 +177,7 @@ def plan(
 
         for frame in (result.table, result.closest):
             if len(frame):
-                add_budget_columns(frame, budget["tokens"], frame["tp"] * frame["pp"] * frame["dp"],
+                add_budget_columns(frame, budget["tokens"], frame["tp"] * frame["cp"] * frame["pp"] * frame["dp"],
                                    result.hardware, budget["price_usd_per_gpu_hour"], budget["pue"])
     if fmt is Format.table:
         report.print_search(result, top, out, _err())

@@ -14,25 +14,32 @@ from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job
 
 
-def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False):
-    """[(reason, ok-mask)] for columns `c` (tp, pp, dp, micro_batch, vpp, sp, recompute, zero)."""
-    t, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "zero"))
+def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
+          flash_attention: bool = True):
+    """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero)."""
+    t, cp, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
+                                                              "zero"))
+    s = job.seq_len
     heads_ok = (m.heads % t == 0) & ((m.kv_heads % t == 0) | (t % m.kv_heads == 0))
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
     mid = stage_layers(m.layers, p)[1]
     batch_ok = job.global_batch % (b * d) == 0
     num_mb = job.global_batch // np.maximum(b * d, 1)
     return [
-        ("TP x PP x DP != GPUs", t * p * d == job.gpus),
+        ("TP x CP x PP x DP != GPUs", t * cp * p * d == job.gpus),
         (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
         (f"TP does not divide hidden ({m.hidden}) and FFN ({m.ffn_hidden})", dims_ok),
         (f"TP exceeds the {hw.gpus_per_node} GPUs of a node", allow_cross_node_tp | (t <= hw.gpus_per_node)),
         (f"PP does not split the {m.layers} layers (L or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
         ("global batch not divisible by DP x micro-batch", batch_ok),
+        # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal
+        # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).
+        (f"context parallelism needs the sequence ({s}) divisible by 2 x CP", (cp == 1) | (s % (2 * cp) == 0)),
+        ("context parallelism needs fused (flash) attention", (cp == 1) | bool(flash_attention)),
         ("sequence parallelism needs TP > 1", ~np.asarray(sp, dtype=bool) | (t > 1)),
-        (f"sequence parallelism needs TP to divide the sequence ({job.seq_len})",
-         ~np.asarray(sp, dtype=bool) | (job.seq_len % t == 0)),
-        ("optimizer sharding needs DP > 1", (z == 0) | (d > 1)),
+        (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
+         ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),
+        ("optimizer sharding needs DP x CP > 1", (z == 0) | (d * cp > 1)),
         ("interleaving needs PP > 1", (v == 1) | (p > 1)),
         # With the embedding/loss accounting a stage has (L+2)/p slots (an edge stage: one is the embedding or the
         # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
@@ -43,7 +50,8 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
 
 FIT_REASON = "does not fit in memory"
 # Which flags a broken rule points at (matched on the rule's leading words, most specific first).
-RULE_FLAGS = (("TP x PP x DP", ("--tp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
+RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
+              ("context parallelism", ("--cp", "--seq-len")),
               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
               ("interleaving", ("--vpp", "--pp", "--micro-batch")))

@@ -58,15 +58,16 @@ class Evaluation:
         r = self.row
         mem = ", ".join(f"{k} {v:.1f}" for k, v in self.memory_gib.items())
         tim = ", ".join(f"{k} {v:.3g}" for k, v in self.time_s.items())
-        return (f"<Evaluation tp={r['tp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']} vpp={r['vpp']} "
+        return (f"<Evaluation tp={r['tp']} cp={r['cp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']} vpp={r['vpp']} "
                 f"sp={r['sequence_parallel']} recompute={r['recompute']} zero={r['zero_stage']}: "
                 f"{'fits' if self.fits else 'does NOT fit'} {r['memory_gib']:.1f}/{self.capacity_gib:.1f} GiB "
                 f"[{mem}]; step {r['step_time_s']:.3f} s [{tim}]; MFU {r['mfu']:.3f}>")
 
 
 def evaluate(model="405b", gpus=512, **kwargs) -> Evaluation:
-    """Evaluate one layout. Pin its knobs by name (tp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
-    zero_stage: the fields of specs.strategy.Layout); the other keyword arguments are those of `run_search`."""
+    """Evaluate one layout. Pin its knobs by name (tp, cp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
+    zero_stage: the fields of specs.strategy.Layout; with tp, pp and dp pinned, cp is 1 unless given); the other
+    keyword arguments are those of `run_search`."""
     pins = pop_pins(kwargs)
     result = require_valid(run_search(model, gpus, pins=pins, find_min_gpus=False, **kwargs))
     row = result.table.iloc[0] if len(result.table) else result.closest.iloc[0]

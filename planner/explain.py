@@ -5,15 +5,17 @@ from __future__ import annotations
 from planner.cost.pipeline import bubble_fraction, bubble_ratio
 from planner.cost.step import TIME_PARTS
 
-_KNOB_LABELS = (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
+_KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
                 ("sequence_parallel", "SP"), ("recompute", "recompute"), ("zero_stage", "ZeRO"))
-_PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "pp_comm": "PP communication",
+_PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "cp_comm": "exposed CP communication",
+                "pp_comm": "PP communication",
                 "dp_comm": "exposed DP communication", "bubble": "pipeline bubble", "optimizer": "optimizer step"}
 
 
 def layout_label(row) -> str:
     sp = "+SP" if row["sequence_parallel"] else ""
-    return (f"TP{row['tp']}{sp} PP{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} DP{row['dp']} "
+    cp = f" CP{row['cp']}" if row["cp"] > 1 else ""
+    return (f"TP{row['tp']}{sp}{cp} PP{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} DP{row['dp']} "
             f"mb{row['micro_batch']} {row['recompute']} ZeRO-{row['zero_stage']}")
 
 
@@ -58,20 +60,25 @@ def bubble_line(row) -> str:
 
 def placement_lines(row, hw) -> list[str]:
     """Which collectives stay on NVLink and which cross nodes, for this layout's rank order."""
-    from planner.cost.comm import group_span, placement_strides, pp_crosses_nodes
+    from planner.cost.comm import group_span, nested_span, placement_strides, pp_crosses_nodes
 
-    t, p, d, g = int(row["tp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
+    t, c, p, d, g = int(row["tp"]), int(row["cp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
     dp_inner = row["placement"] == "tp-dp-pp"
     lines = []
     k, nodes = (int(x) for x in group_span(t, 1, g))
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
                  "inside one node, on NVLink." if nodes == 1 else f"spans {nodes} nodes: NVLink inside, NICs across."))
-    k, nodes = (int(x) for x in group_span(d, placement_strides(t, p, d, dp_inner)[0], g))
-    lines.append(f"DP ({d}): " + ("no gradient reduction." if d == 1 else
+    if c > 1:
+        k, nodes = (int(x) for x in group_span(c, t, g))
+        lines.append(f"CP ({c}): K/V ring exchange " + ("inside one node, on NVLink." if nodes == 1 else
+                     f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
+    k, nodes = (int(x) for x in nested_span(c, t, d, placement_strides(t, p, d, dp_inner, c)[0], hw))
+    name = f"DP x CP ({d} x {c})" if c > 1 else f"DP ({d})"
+    lines.append(f"{name}: " + ("no gradient reduction." if d * c == 1 else
                  "inside one node, on NVLink." if nodes == 1 else
                  f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
                  f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
     lines.append(f"PP ({p}): " + ("no pipeline." if p == 1 else
-                 "stage boundaries cross nodes: P2P over the NICs." if pp_crosses_nodes(t, p, d, dp_inner, g) else
+                 "stage boundaries cross nodes: P2P over the NICs." if pp_crosses_nodes(t, p, d, dp_inner, g, c) else
                  "neighbouring stages share a node: P2P on NVLink."))
     return lines

@@ -23,6 +23,8 @@ def unsupported(framework: str, row) -> str | None:
     """Why `framework` cannot run this layout as planned, or None."""
     pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
     if framework == "deepspeed":
+        if int(row.get("cp", 1)) > 1:
+            return "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)"
         if pp > 1 and zero >= 2:
             return "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only"
         if vpp > 1:
@@ -37,8 +39,10 @@ def unsupported(framework: str, row) -> str | None:
 
 def megatron_args(row, m: ModelSpec, job: Job) -> str:
     """Megatron-LM command-line arguments for the layout."""
-    tp, pp, dp, v = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(row["vpp"])
+    tp, cp, pp, dp, v = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp"))
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
+    if cp > 1:
+        args.append(f"--context-parallel-size {cp}")
     edge, mid = (int(x) for x in stage_layers(m.layers, pp))
     if pp > 1 and edge != mid:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
@@ -60,13 +64,14 @@ def megatron_args(row, m: ModelSpec, job: Job) -> str:
         args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
     args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
              f"--seq-length {job.seq_len}", "--bf16"]
-    header = f"# Megatron-LM: TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs (DP is implied by the world size)"
+    layout = f"TP {tp} x CP {cp} x PP {pp} x DP {dp}" if cp > 1 else f"TP {tp} x PP {pp} x DP {dp}"
+    header = f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
     return header + "\n" + " \\\n".join(args) + "\n"
 
 
 def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
     """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training])."""
-    tp, pp, dp, v, zero = (int(row[k]) for k in ("tp", "pp", "dp", "vpp", "zero_stage"))
+    tp, cp, pp, dp, v, zero = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp", "zero_stage"))
     notes = []
     if zero == 0:
         replicate, shard, reshard = dp, 1, None
@@ -79,7 +84,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
-             f"pipeline_parallel_degree = {pp}"]
+             f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
     if reshard:
         lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
     if pp > 1:

@@ -8,7 +8,7 @@ from planner.cost.step import TIME_PARTS
 from planner.errors import PlannerError
 from planner.explain import layout_label
 
-_COLORS = {"compute": "#4C72B0", "tp_comm": "#DD8452", "pp_comm": "#937860", "dp_comm": "#C44E52",
+_COLORS = {"compute": "#4C72B0", "tp_comm": "#DD8452", "cp_comm": "#DA8BC3", "pp_comm": "#937860", "dp_comm": "#C44E52",
            "bubble": "#8172B3", "optimizer": "#55A868"}
 
 

@@ -21,8 +21,9 @@ CONVENTIONS = {
     "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer; selective: attention core)",
     "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
 }
-_CONTRACT_KEYS = ("tp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
+_CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
                   "recompute", "zero_stage", "fits", "memory_gib")
+_LAYOUT_KEYS = _CONTRACT_KEYS[:_CONTRACT_KEYS.index("fits")]     # the layout part of a record
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
 BUDGET_KEYS = ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh")
@@ -92,14 +93,17 @@ def _fmt_rate(x: float) -> str:
 def layouts_table(df, title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
     budget = "time_to_train_days" in df
-    for name in ("#", "TP", "PP", "DP", "mb", "m", "VPP", "SP", "recompute", "ZeRO", "memory GiB", "dominant",
-                 "step s", "tokens/s", "TFLOP/s/GPU", "MFU") + (("days", "cost") if budget else ()):
+    cp = bool(len(df)) and bool((df["cp"] > 1).any())          # the CP column appears when a row uses it
+    for name in ("#", "TP") + (("CP",) if cp else ()) + ("PP", "DP", "mb", "m", "VPP", "SP", "recompute", "ZeRO",
+                                                          "memory GiB", "dominant", "step s", "tokens/s",
+                                                          "TFLOP/s/GPU", "MFU") + (("days", "cost") if budget else ()):
         t.add_column(name, justify="left" if name in ("recompute", "dominant") else "right")
     for i, (_, r) in enumerate(df.iterrows(), 1):
         dominant = max(MEMORY_PARTS, key=lambda k: r[f"{k}_gib"])
         mem = f"{r['memory_gib']:.1f} {'fits' if r['fits'] else 'OOM'}"
         extra = (f"{r['time_to_train_days']:.1f}", _money(r["cost_usd"])) if budget else ()
-        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]),
+        t.add_row(str(i), str(r["tp"]), *((str(r["cp"]),) if cp else ()), str(r["pp"]), str(r["dp"]),
+                  str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
                   r["recompute"], str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
                   _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}", *extra)
@@ -200,7 +204,8 @@ def _validation_layout(p) -> str:
     r = p.evaluation.row
     star = {k: "*" if k in p.searched else "" for k in ("micro_batch", "vpp", "recompute", "zero_stage",
                                                          "sequence_parallel")}
-    return (f"TP{r['tp']} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
+    cp = f" CP{r['cp']}" if r["cp"] > 1 else ""
+    return (f"TP{r['tp']}{cp} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
             f"v{r['vpp']}{star['vpp']} {r['recompute']}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
             f"{' SP' + star['sequence_parallel'] if r['sequence_parallel'] else ''}")
 
@@ -213,7 +218,7 @@ def validation_record(p) -> dict:
         rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
                    measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,
                    fits=p.fits, memory_gib=_plain(p.evaluation.row["memory_gib"]),
-                   layout={k: _plain(p.evaluation.row[k]) for k in _CONTRACT_KEYS[:10]})
+                   layout={k: _plain(p.evaluation.row[k]) for k in _LAYOUT_KEYS})
         if p.run.measured.memory_gib is not None:
             rec["measured_memory_gib"] = p.run.measured.memory_gib
     return rec

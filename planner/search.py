@@ -7,7 +7,7 @@ One numpy column per knob; every candidate is evaluated by the same vectorised c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from itertools import product
 
 import numpy as np
@@ -92,7 +92,8 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
 def check_pins(pins: Pins, job: Job) -> None:
     """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
     layout = Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})   # types and ranges, as any layout
-    upper = {"tp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch, "vpp": 1024}
+    upper = {"tp": job.gpus, "cp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch,
+             "vpp": 1024}
     for name, limit in upper.items():
         value = getattr(pins, name)
         if value is not None and value > limit:
@@ -107,9 +108,10 @@ def check_pins(pins: Pins, job: Job) -> None:
 
 
 def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dict[str, np.ndarray]:
-    """Every TP x PP x DP factorization of the GPU count x micro-batch x VPP x SP x recompute x ZeRO, as columns.
+    """Every TP x CP x PP x DP factorization of the GPU count x micro-batch x VPP x SP x recompute x ZeRO, as columns.
 
-    Micro-batches: divisors of the per-replica batch. VPP: divisors of the layer slots per stage.
+    Micro-batches: divisors of the per-replica batch. VPP: divisors of the layer slots per stage. CP: divisors of
+    the GPUs left by TP that split the sequence into 2·CP equal chunks (the load-balanced causal split).
     """
     n = job.gpus
     rcs = [recompute_code(pins.recompute)] if pins.recompute is not None else list(range(len(RECOMPUTE)))
@@ -117,29 +119,40 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
     for tp in [pins.tp] if pins.tp is not None else _divisors(n):
         if n % tp:
             continue
-        for pp in [pins.pp] if pins.pp is not None else _divisors(n // tp):
-            if (n // tp) % pp:
+        cps = [pins.cp] if pins.cp is not None else \
+            [c for c in _divisors(n // tp) if c == 1 or job.seq_len % (2 * c) == 0]
+        for cp in cps:
+            if (n // tp) % cp:
                 continue
-            dp = n // (tp * pp)
-            if pins.dp is not None and dp != pins.dp:
-                continue
-            mid = int(stage_layers(model.layers, pp)[1])
-            if pins.vpp is not None:
-                vpps = [pins.vpp]
-            else:
-                vpps = _divisors(mid) if pp > 1 and mid > 0 else [1]
-            mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, dp)
-            # SP only means something with TP > 1, ZeRO only with DP > 1: unpinned, those are not enumerated.
-            sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
-            zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else list(ZERO_STAGES)[:1 + 3 * (dp > 1)]
-            inner = np.array(list(product(sps, rcs, zs)), dtype=np.int64).reshape(-1, 3)
-            outer = np.array(list(product([tp], [pp], [dp], mbs, vpps)), dtype=np.int64).reshape(-1, 5)
-            rows = np.repeat(outer, len(inner), axis=0)
-            blocks.append(np.hstack([rows, np.tile(inner, (len(outer), 1))]))
+            for pp in [pins.pp] if pins.pp is not None else _divisors(n // (tp * cp)):
+                if (n // (tp * cp)) % pp:
+                    continue
+                dp = n // (tp * cp * pp)
+                if pins.dp is not None and dp != pins.dp:
+                    continue
+                blocks.append(_block(model, job, pins, rcs, tp, cp, pp, dp))
     if not blocks:
         return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
-    grid = np.vstack(blocks)
-    return {k: grid[:, i] for i, k in enumerate(KNOBS)}
+    return {k: np.concatenate([b[k] for b in blocks]) for k in KNOBS}
+
+
+def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: int, pp: int, dp: int) -> dict:
+    """The candidates of one TP x CP x PP x DP factorization, as columns by knob."""
+    mid = int(stage_layers(model.layers, pp)[1])
+    if pins.vpp is not None:
+        vpps = [pins.vpp]
+    else:
+        vpps = _divisors(mid) if pp > 1 and mid > 0 else [1]
+    mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, dp)
+    # SP only means something with TP > 1, ZeRO only with DP x CP > 1 (the ranks that hold replicas): unpinned,
+    # those are not enumerated.
+    sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
+    zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else \
+        list(ZERO_STAGES)[:1 + 3 * (dp * cp > 1)]
+    names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
+    grid = np.array(list(product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, zs)), dtype=np.int64)
+    grid = grid.reshape(-1, len(names))
+    return {k: grid[:, names.index(k)] for k in KNOBS}
 
 
 # --- search -------------------------------------------------------------------------------------------------------
@@ -148,7 +161,7 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
     import pandas as pd  # heavy import kept off the CLI's start-up path until needed
 
     df = pd.DataFrame({
-        "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"],
+        "tp": cols["tp"], "cp": cols["cp"], "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"],
         "num_microbatches": res["num_microbatches"].astype(np.int64), "global_batch": job.global_batch,
         "vpp": cols["vpp"], "sequence_parallel": cols["sp"].astype(bool),
         "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]], "zero_stage": cols["zero"],
@@ -186,12 +199,14 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     if not (isinstance(headroom_gib, (int, float)) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
         raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
     capacity = hw.hbm_bytes - headroom_gib * GIB
+    if pins.cp is None and None not in (pins.tp, pins.pp, pins.dp):
+        pins = replace(pins, cp=1)          # a layout given as TP x PP x DP is complete: no CP unless asked
     check_pins(pins, job)
     cols = enumerate_candidates(m, job, pins)
     n = len(cols["tp"])
     rejected: dict[str, int] = {}
     fitting, overflowing = [], []
-    for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected):
+    for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention):
         res = step_columns(m, hw, job, good, precision, runtime)
         df = _rows_to_frame(good, res, job, capacity)
         fitting.append(df[df["fits"]])
@@ -217,12 +232,12 @@ def _result_keys():
              "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
 
 
-def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None):
+def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=True):
     """The valid candidates of `cols`, CHUNK_ROWS rows at a time (arrays stay small at any GPU count); each
     rejected candidate is counted under the first rule it breaks in `rejected`, when given."""
     for start in range(0, len(cols["tp"]), CHUNK_ROWS):
         chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp)
+        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention)
         failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
         if rejected is not None:
             for i, (reason, _) in enumerate(rule_list):
@@ -235,7 +250,8 @@ def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None):
 
 def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime) -> bool:
     """Memory-only check: does any valid layout on job.gpus fit?"""
-    for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp):
+    for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp,
+                              flash_attention=runtime.flash_attention):
         parts, _ = memory_columns(m, hw, job, good, precision, runtime)
         if (sum(parts.values()) <= capacity).any():
             return True

@@ -4,7 +4,7 @@ That format describes each run in the words of its source: `gpu: "A100-SXM4-80GB
 "Megatron-Core r0.8.0 (--overlap-grad-reduce ...)"`, `recompute: "full (DeepSpeed activation checkpointing)"`,
 `zero_stage: "FSDP FULL_SHARD"`, null where the source is silent. `convert_run` maps one such run onto the
 planner's own run schema (planner/data/published_runs.yaml) with fixed, documented rules, and records every rule it
-applied under `assumptions`; a run the cost model cannot express (MoE, context parallelism, FP8, TPU, a recompute
+applied under `assumptions`; a run the cost model cannot express (MoE, expert parallelism, FP8, TPU, a recompute
 policy between selective and full, no GPU count, ...) is returned as skipped with the reason. Nothing here is
 tuned to a run: the same rules apply to every file.
 
@@ -196,11 +196,9 @@ def _legacy(run: dict, year: int | None) -> tuple[bool, bool]:
 
 
 def _layout(run: dict, year: int | None, notes: dict) -> dict:
-    for key in ("cp", "ep"):
-        if (run.get(key) or 1) > 1:
-            what = "context parallelism" if key == "cp" else "expert parallelism"
-            raise _Skip(f"{key}={run[key]}: {what} is not modelled yet")
-    layout: dict[str, Any] = {k: int(run[k]) for k in ("tp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
+    if (run.get("ep") or 1) > 1:
+        raise _Skip(f"ep={run['ep']}: expert parallelism is not modelled yet")
+    layout: dict[str, Any] = {k: int(run[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
     mps = run.get("model_parallel_size")
     if not ({"tp", "pp", "dp"} & set(layout) or mps or run.get("num_gpus") == 1):
         raise _Skip("parallel layout not stated (tp, pp, dp and model_parallel_size are all null)")
@@ -210,7 +208,7 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
         layout["pp"] = int(mps) // layout["tp"]
         notes["tp"] = f"model_parallel_size {mps} split as TP {layout['tp']} (one node) x PP {layout['pp']}"
     if "dp" not in layout and "tp" in layout and "pp" in layout and run.get("num_gpus"):
-        layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout["pp"])
+        layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout.get("cp", 1) * layout["pp"])
     sp = run.get("sequence_parallel")
     if sp is not None:
         layout["sequence_parallel"] = sp if isinstance(sp, bool) else _text(sp) in ("true", "yes", "on", "1")

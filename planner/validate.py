@@ -60,6 +60,7 @@ class RunRuntime(_Strict):
     dp_bucket_bytes: float | None = Field(default=None, gt=0)
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
+    cp_comm_overlap: bool | None = None
 
 
 class RunPrecision(_Strict):
@@ -270,14 +271,16 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
-    searched = tuple(k for k, v in run.layout.model_dump().items() if v is None)
+    # A run that used context parallelism says so (Llama 3 does): an unstated CP degree is 1, not searched.
+    layout = {**run.layout.model_dump(), "cp": run.layout.cp or 1}
+    searched = tuple(k for k, v in layout.items() if v is None)
     runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)
     try:
         ev = evaluate(run.model.to_spec(), run.gpus, hardware=hardware or run.hardware,
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
-                      **run.layout.model_dump(), **search_kwargs)
+                      **layout, **search_kwargs)
     except PlannerError as exc:
         return Prediction(run, None, measured, math.nan, searched, error=str(exc))
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)

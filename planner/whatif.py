@@ -13,7 +13,8 @@ GIB = 2**30
 
 
 def _variants(row, m) -> list[tuple[str, dict]]:
-    base = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]), "micro_batch": int(row["micro_batch"]),
+    base = {"tp": int(row["tp"]), "cp": int(row["cp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
+            "micro_batch": int(row["micro_batch"]),
             "vpp": int(row["vpp"]), "sp": int(bool(row["sequence_parallel"])),
             "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"])}
     out = []
@@ -23,7 +24,7 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc}))
     if base["tp"] > 1:
         out.append(("sequence parallelism " + ("off" if base["sp"] else "on"), {**base, "sp": 1 - base["sp"]}))
-    if base["dp"] > 1:
+    if base["dp"] * base["cp"] > 1:
         for z in range(4):
             if z != base["zero"]:
                 out.append((f"ZeRO-{z}", {**base, "zero": z}))
@@ -45,7 +46,8 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     if not variants:
         return []
     cols = {k: np.array([v[k] for _, v in variants]) for k in KNOBS}
-    rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True)
+    rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True,
+                              flash_attention=res.runtime.flash_attention)
     _, valid = constraints.first_failure(rules, len(variants))
     out = step_columns(res.model, res.hardware, res.job, cols, precision=res.precision, runtime=res.runtime)
     cap = res.capacity_bytes

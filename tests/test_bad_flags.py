@@ -155,8 +155,9 @@ def test_no_valid_layout_at_a_large_gpu_count_answers_promptly():
 
 
 def test_unpinned_search_with_no_valid_layout_blames_a_flag_the_user_gave_or_gpus(capsys):
-    """Nothing pinned, 2^24 GPUs for a 2048-sequence batch: the fix is --gpus (or the batch), not --tp."""
-    line = bad(capsys, "--model", "405b", "--gpus", str(2**24))
+    """Nothing pinned, 2^24 GPUs for 16 sequences of 1024 tokens (at most TP 8 x CP 512 x PP 128 x DP 16 = 2^23):
+    the fix is --gpus (or the batch), not --tp."""
+    line = bad(capsys, "--model", "405b", "--gpus", str(2**24), "--global-batch", "16", "--seq-len", "1024")
     flag = line.removeprefix("error: ").split(":", 1)[0]
     assert flag in ("--gpus", "--global-batch", "--global-batch-tokens"), line
 

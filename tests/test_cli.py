@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 
 runner = CliRunner()
-CONFIG_KEYS = {"tp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
+CONFIG_KEYS = {"tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
                "recompute", "zero_stage", "fits", "memory_gib", "memory_breakdown_gib", "step_time_s",
                "time_breakdown_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"}
 
@@ -38,8 +38,9 @@ def test_json_follows_the_contract():
     for c in doc["configs"]:
         assert CONFIG_KEYS <= set(c)
         assert set(c["memory_breakdown_gib"]) == {"weights", "gradients", "optimizer", "activations", "other"}
-        assert set(c["time_breakdown_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
-        assert c["tp"] * c["pp"] * c["dp"] == 512 and c["tp"] <= 8 and c["fits"] is True
+        assert set(c["time_breakdown_s"]) == {"compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
+                                              "optimizer"}
+        assert c["tp"] * c["cp"] * c["pp"] * c["dp"] == 512 and c["tp"] <= 8 and c["fits"] is True
         assert c["memory_gib"] <= 80 and c["recompute"] in ("none", "selective", "full")
         assert c["zero_stage"] in (0, 1, 2, 3) and 0 < c["mfu"] <= 1
         assert abs(sum(c["time_breakdown_s"].values()) - c["step_time_s"]) < 1e-6 * c["step_time_s"]
@@ -51,7 +52,7 @@ def test_csv_has_a_header_and_rows():
     res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--format", "csv", "--top", "3"])
     assert res.exit_code == 0
     lines = res.stdout.strip().splitlines()
-    assert lines[0].startswith("tp,pp,dp,micro_batch") and len(lines) == 4
+    assert lines[0].startswith("tp,cp,pp,dp,micro_batch") and len(lines) == 4
 
 
 def test_pinned_layout_prints_breakdown_and_verdict():
@@ -89,7 +90,7 @@ def test_python_dash_m_planner():
                           "--top", "1"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     best = json.loads(res.stdout)["configs"][0]
-    assert best["tp"] * best["pp"] * best["dp"] == 8
+    assert best["tp"] * best["cp"] * best["pp"] * best["dp"] == 8
 
 
 def test_installed_plan_command_runs_from_another_directory(tmp_path):
@@ -101,3 +102,15 @@ def test_installed_plan_command_runs_from_another_directory(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)["configs"]) == 3
+
+
+def test_cp_flag_pins_context_parallelism(capsys):
+    """--cp pins the context-parallel degree; a CP that cannot split the sequence into 2 x CP chunks names --cp."""
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--cp", "2", "--format", "json", "--top", "3"])
+    assert res.exit_code == 0, res.output
+    configs = json.loads(res.stdout)["configs"]
+    assert configs and all(c["cp"] == 2 and c["tp"] * c["cp"] * c["pp"] * c["dp"] == 16 for c in configs)
+    pinned = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "2", "--cp", "4", "--pp", "1", "--dp", "2"])
+    assert pinned.exit_code == 0 and "CP4" in pinned.output and "CP (4): K/V ring exchange" in pinned.output
+    from cli_contract import assert_mentions, bad
+    assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--cp", "32", "--seq-len", "48"), "--cp", "2 x CP")

@@ -56,13 +56,13 @@ def _check_json_answer(text: str, what: str) -> None:
     if isinstance(doc, dict) and "configs" in doc:
         configs = list(doc["configs"]) + list(doc.get("closest") or [])
         for c in configs:
-            assert c["tp"] * c["pp"] * c["dp"] == doc["gpus"], f"{what}: layout does not multiply to the GPU count"
+            assert c["tp"] * c["cp"] * c["pp"] * c["dp"] == doc["gpus"], f"{what}: layout does not multiply to the GPU count"
     elif isinstance(doc, dict) and "tp" in doc:
         configs = [doc]
     elif isinstance(doc, dict) and "rows" in doc:              # sweep / hardware comparison: best layout per row
         configs = [r for r in doc["rows"] if r.get("status") == "ok"]
         for c in configs:
-            assert c["tp"] * c["pp"] * c["dp"] == c["gpus"], f"{what}: layout does not multiply to the GPU count"
+            assert c["tp"] * c["cp"] * c["pp"] * c["dp"] == c["gpus"], f"{what}: layout does not multiply to the GPU count"
     for c in configs:
         for key in ("memory_gib", "step_time_s", "tokens_per_s"):
             assert _finite_positive(c.get(key)), f"{what}: {key} = {c.get(key)!r} in {json.dumps(c)[:400]}"

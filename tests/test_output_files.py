@@ -29,7 +29,7 @@ def test_output_file_gets_exactly_what_stdout_would(capsys, tmp_path, fmt):
     if fmt == "json":
         assert len(json.loads(target.read_text())["configs"]) == 3
     else:
-        assert target.read_text().splitlines()[0].startswith("tp,pp,dp,micro_batch")
+        assert target.read_text().splitlines()[0].startswith("tp,cp,pp,dp,micro_batch")
     assert leftovers(tmp_path) == []
 
 

@@ -83,7 +83,7 @@ def divisors(n):
 
 
 @st.composite
-def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False):
+def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False, cp1=False):
     """One valid layout for model m, as a dict of plain values (KNOBS) plus the global batch it implies."""
     t = tp if tp is not None else draw(st.sampled_from(valid_tps(m)), label="tp")
     p = pp if pp is not None else draw(st.sampled_from(valid_pps(m, even_pp)), label="pp")
@@ -95,8 +95,10 @@ def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False):
     v = draw(st.sampled_from(vpps), label="vpp")
     sp = draw(st.booleans(), label="sp") if (t > 1 and m.seq_len % t == 0) else False
     rc = draw(st.integers(0, 2), label="recompute")
-    z = draw(st.integers(0, 3), label="zero") if d > 1 else 0
-    return dict(tp=t, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, zero=z), d * b * n_mb
+    c = draw(st.sampled_from([1] + [x for x in (2, 4) if m.seq_len % (2 * x) == 0]), label="cp") if not cp1 else 1
+    sp = sp and (m.seq_len // c) % t == 0
+    z = draw(st.integers(0, 3), label="zero") if d * c > 1 else 0
+    return dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, zero=z), d * b * n_mb
 
 
 def cols_of(*rows):
@@ -106,7 +108,7 @@ def cols_of(*rows):
 
 
 def job_for(m, layout, batch):
-    return Job(gpus=layout["tp"] * layout["pp"] * layout["dp"], seq_len=m.seq_len, global_batch=batch)
+    return Job(gpus=layout["tp"] * layout["cp"] * layout["pp"] * layout["dp"], seq_len=m.seq_len, global_batch=batch)
 
 
 def memory_parts(m, hw, job, layout):
@@ -134,6 +136,19 @@ def test_memory_never_increases_when_tp_doubles(data, m, hw):
     before = memory_total(m, hw, job, layout)
     after = memory_total(m, hw, job, {**layout, "tp": 2 * t})      # SP, PP, DP, batch, ... unchanged
     assert after <= before * (1 + REL), (t, layout, before, after)
+
+
+@PROPS
+@given(data=st.data(), m=models(), hw=st.sampled_from(HARDWARE))
+def test_memory_never_increases_when_cp_doubles(data, m, hw):
+    """Context parallelism halves every activation per rank and lets ZeRO shard over twice the replicas."""
+    layout, batch = data.draw(layouts(m), label="layout")
+    c = layout["cp"]
+    assume(m.seq_len % (4 * c) == 0)
+    job = job_for(m, layout, batch)
+    before = memory_total(m, hw, job, layout)
+    after = memory_total(m, hw, job, {**layout, "cp": 2 * c})
+    assert after <= before * (1 + REL), (c, layout, before, after)
 
 
 @PROPS
@@ -173,7 +188,7 @@ def test_zero3_exception_is_real():
     m = ModelFile(name="tiny", layers=2, hidden=1024, ffn_hidden=4096, heads=8, vocab=1000, seq_len=256).to_spec()
     hw = planner.load_hardware("h100-sxm")
     job = Job(gpus=2, seq_len=256, global_batch=2)
-    layout = dict(tp=1, pp=1, dp=2, micro_batch=1, vpp=1, sp=False, recompute=0, zero=2)
+    layout = dict(tp=1, cp=1, pp=1, dp=2, micro_batch=1, vpp=1, sp=False, recompute=0, zero=2)
     z2 = memory_total(m, hw, job, layout)
     z3 = memory_total(m, hw, job, {**layout, "zero": 3})
     assert not zero3_pays_off(m, 1, 1, 2)      # outside the region where the property is claimed...
@@ -186,7 +201,7 @@ def test_mfu_bound_needs_attention_not_to_dominate():
     s = 2**20
     m = ModelFile(name="long", layers=32, hidden=1024, ffn_hidden=2048, heads=32, kv_heads=1, vocab=32000,
                   seq_len=s, gated_mlp=False).to_spec()
-    layout = dict(tp=1, pp=1, dp=1, micro_batch=1, vpp=1, sp=False, recompute=0, zero=0)
+    layout = dict(tp=1, cp=1, pp=1, dp=1, micro_batch=1, vpp=1, sp=False, recompute=0, zero=0)
     out = step_columns(m, planner.load_hardware("v100-sxm"), Job(gpus=1, seq_len=s, global_batch=8), cols_of(layout))
     assert float(out["mfu"][0]) > 1
 
@@ -256,7 +271,8 @@ def batch_of_layouts(draw, m):
         edge, mid = (int(x) for x in stage_layers(m.layers, p))
         v = draw(st.sampled_from(divisors(mid) if (p > 1 and edge == mid and n_mb % p == 0) else [1]))
         sp = draw(st.booleans()) if (t > 1 and m.seq_len % t == 0) else False
-        rows.append(dict(tp=t, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=draw(st.integers(0, 2)),
+        c = draw(st.sampled_from([1] + [x for x in (2, 4) if m.seq_len % (2 * x) == 0 and (m.seq_len // x) % t == 0]))
+        rows.append(dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=draw(st.integers(0, 2)),
                          zero=draw(st.integers(0, 3)) if d > 1 else 0))
     return rows, batch
 
@@ -289,11 +305,12 @@ def test_search_rows_are_valid_and_evaluate_reproduces_them(name, gpus, hw, pick
         # nothing fits: the valid layouts are reported as the closest ones, each over the limit
         closest = result.closest
         assert len(closest) or sum(result.rejected.values()) == result.considered
-        assert (closest["tp"] * closest["pp"] * closest["dp"] == gpus).all()
+        assert (closest["tp"] * closest["cp"] * closest["pp"] * closest["dp"] == gpus).all()
         assert (closest["memory_gib"] > capacity_gib).all() and not closest["fits"].any()
         return
-    assert (table["tp"] * table["pp"] * table["dp"] == gpus).all()
+    assert (table["tp"] * table["cp"] * table["pp"] * table["dp"] == gpus).all()
     assert table["fits"].all() and (table["memory_gib"] <= capacity_gib).all()
+    assert (result.job.seq_len % (2 * table["cp"]) == 0)[table["cp"] > 1].all()
     assert (table["tp"] <= hw.gpus_per_node).all()
     assert (m.heads % table["tp"] == 0).all()
     assert (table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0).all()
@@ -302,7 +319,8 @@ def test_search_rows_are_valid_and_evaluate_reproduces_them(name, gpus, hw, pick
     n = len(table)
     for i in sorted({0, 1, 2, n - 1, pick % n} & set(range(n))):
         row = table.iloc[i].to_dict()
-        ev = planner.evaluate(name, gpus, hardware=hw, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
+        ev = planner.evaluate(name, gpus, hardware=hw, tp=int(row["tp"]), cp=int(row["cp"]), pp=int(row["pp"]),
+                              dp=int(row["dp"]),
                               micro_batch=int(row["micro_batch"]), vpp=int(row["vpp"]),
                               sequence_parallel=bool(row["sequence_parallel"]), recompute=str(row["recompute"]),
                               zero_stage=int(row["zero_stage"]))

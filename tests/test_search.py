@@ -14,7 +14,8 @@ def test_every_ranked_layout_multiplies_to_n_fits_and_is_valid(search_405b_512):
     r = search_405b_512
     t = r.table
     assert len(t) > 0
-    assert (t.tp * t.pp * t.dp == 512).all()
+    assert (t.tp * t.cp * t.pp * t.dp == 512).all()
+    assert ((t.cp == 1) | (8192 % (2 * t.cp) == 0)).all()
     assert t.fits.all()
     assert (t.memory_gib <= (r.hardware.hbm_bytes - r.headroom_bytes) / 2**30 + 1e-9).all()
     assert (t.tp <= 8).all()
@@ -44,14 +45,16 @@ def test_breakdown_parts_sum_to_totals(search_405b_512):
     t = search_405b_512.table
     mem = t[[f"{k}_gib" for k in ("weights", "gradients", "optimizer", "activations", "other")]].sum(axis=1)
     assert np.allclose(mem, t.memory_gib)
-    tim = t[[f"{k}_s" for k in ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")]].sum(axis=1)
+    tim = t[[f"{k}_s" for k in ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")]].sum(
+        axis=1)
     assert np.allclose(tim, t.step_time_s)
     assert ((t.mfu > 0) & (t.mfu <= 1)).all() and (t.hfu >= t.mfu - 1e-12).all()
 
 
 def test_evaluate_reproduces_a_search_row_exactly(search_405b_512):
     row = search_405b_512.table.iloc[3]
-    ev = evaluate("405b", 512, tp=int(row.tp), pp=int(row.pp), dp=int(row.dp), micro_batch=int(row.micro_batch),
+    ev = evaluate("405b", 512, tp=int(row.tp), cp=int(row.cp), pp=int(row.pp), dp=int(row.dp),
+                  micro_batch=int(row.micro_batch),
                   vpp=int(row.vpp), sequence_parallel=bool(row.sequence_parallel), recompute=row.recompute,
                   zero_stage=int(row.zero_stage))
     for key, value in row.items():
@@ -65,8 +68,12 @@ def test_pins_restrict_the_search():
 
 
 def test_pinned_degrees_must_multiply_to_gpus():
-    with pytest.raises(PlannerError, match=r"tp\(8\) \* pp\(4\) \* dp\(8\) = 256 != gpus\(512\)"):
-        run_search("405b", 512, pins=Pins(tp=8, pp=4, dp=8))
+    with pytest.raises(PlannerError, match=r"tp\(8\) \* cp\(1\) \* pp\(4\) \* dp\(8\) = 256 != gpus\(512\)"):
+        run_search("405b", 512, pins=Pins(tp=8, pp=4, dp=8))       # CP is 1 when TP, PP and DP are all pinned
+    with pytest.raises(PlannerError, match=r"tp\(8\) \* cp\(4\) \* pp\(4\) \* dp\(8\) = 1024 != gpus\(512\)"):
+        run_search("405b", 512, pins=Pins(tp=8, cp=4, pp=4, dp=8))
+    table = run_search("405b", 512, pins=Pins(tp=8, cp=2, pp=4, dp=8)).table
+    assert len(table) and (table.cp == 2).all()
 
 
 def test_pinned_tp_that_does_not_divide_heads_is_named():
@@ -87,10 +94,11 @@ def test_nothing_fits_reports_closest_and_smallest_gpu_count():
 def test_enumeration_covers_every_factorization():
     job = make_job(load_model("8b"), 64)
     cols = enumerate_candidates(load_model("8b"), job)
-    pairs = {(int(t), int(p)) for t, p in zip(cols["tp"], cols["pp"])}
-    expected = {(t, p) for t in (1, 2, 4, 8, 16, 32, 64) for p in (1, 2, 4, 8, 16, 32, 64) if t * p <= 64}
-    assert pairs == expected
-    assert (cols["tp"] * cols["pp"] * cols["dp"] == 64).all()
+    triples = {(int(t), int(c), int(p)) for t, c, p in zip(cols["tp"], cols["cp"], cols["pp"])}
+    powers = (1, 2, 4, 8, 16, 32, 64)
+    expected = {(t, c, p) for t in powers for c in powers for p in powers if t * c * p <= 64}
+    assert triples == expected                              # 8B: sequence 8192 splits into 2 x CP chunks for CP <= 64
+    assert (cols["tp"] * cols["cp"] * cols["pp"] * cols["dp"] == 64).all()
 
 
 def test_global_batch_from_tokens_and_conflicts():

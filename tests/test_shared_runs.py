@@ -84,7 +84,7 @@ def test_gpu_names_pick_the_profile(gpu, profile):
 @pytest.mark.parametrize("fields, reason", [
     (dict(gpu="TPU v4"), "TPU"), (dict(gpu="H800"), "H800"), (dict(gpu="H100 PCIe"), "PCIe"),
     (dict(gpu="Gaudi 2"), "no hardware profile"), (dict(moe={"experts": 8}), "mixture-of-experts"),
-    (dict(cp=16), "context parallelism"), (dict(ep=8), "expert parallelism"), (dict(num_gpus=None), "GPU count"),
+    (dict(ep=8), "expert parallelism"), (dict(num_gpus=None), "GPU count"),
     (dict(tp=None, pp=None), "parallel layout not stated"), (dict(vocab=None), "architecture not stated (vocab)"),
     (dict(recompute="selective layer"), "selective layer"), (dict(precision="fp8 hybrid"), "FP8"),
     (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
@@ -177,3 +177,12 @@ def test_a_shared_file_with_nothing_expressible_is_one_line(tmp_path, capsys):
     path = tmp_path / "tpu.yaml"
     path.write_text(yaml.safe_dump({"runs": [_run(gpu="TPU v4")]}))
     assert_mentions(bad_line(capsys, "validate", path), "tpu.yaml", "none of its 1 runs", "TPU")
+
+
+def test_context_parallel_runs_convert():
+    """Llama 3's long-context row in the flat format: CP is a layout degree like the others."""
+    run = _run(model="Llama 3 405B", layers=126, hidden=16384, ffn_hidden=53248, heads=128, kv_heads=8, vocab=128256,
+               seq_len=131072, gpu="H100 80GB", num_gpus=16384, tp=8, cp=16, pp=16, dp=None, global_batch=128,
+               source="Llama Team 2024")
+    converted, why = convert_run(run)
+    assert why is None and converted["layout"]["cp"] == 16 and converted["layout"]["dp"] == 8

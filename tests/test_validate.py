@@ -176,3 +176,11 @@ def test_a_problem_in_one_of_many_runs_names_that_run_once(tmp_path, capsys):
     line = bad_line(capsys, "validate", path)
     assert_mentions(line, "runs.0.hardwre", "did you mean 'hardware'")
     assert len(line) < 200 and "runs.1." not in line
+
+
+def test_llama3_long_context_run_uses_context_parallelism(preds):
+    """Llama 3's 128K stage (TP8 CP16 PP16 DP8): its all-gather CP is on the critical path (§3.3.2), and the
+    prediction stays within the issue's 20%."""
+    p = preds["llama3_405b_16384gpu_cp16"]
+    assert p.evaluation.row["cp"] == 16 and p.evaluation.row["cp_comm_s"] > 0 and p.fits
+    assert abs(p.throughput_error) <= 0.2

@@ -27,16 +27,32 @@ def group_span(size, stride, gpus_per_node):
     return k, np.ceil(size / k)
 
 
-def placement_strides(tp, pp, dp, dp_inner):
-    """(DP group stride, PP group stride) in the global rank order: TP innermost, then DP then PP (Megatron's
-    default order, dp_inner) or PP then DP."""
+def placement_strides(tp, pp, dp, dp_inner, cp=1):
+    """(DP group stride, PP group stride) in the global rank order: TP innermost, then CP (whose group has stride
+    TP), then DP then PP (Megatron's default tp-cp-dp-pp order, dp_inner) or PP then DP."""
     t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
-    return np.where(dp_inner, t, t * p), np.where(dp_inner, t * d, t)
+    tc = t * np.asarray(cp)
+    return np.where(dp_inner, tc, tc * p), np.where(dp_inner, tc * d, tc)
 
 
-def pp_crosses_nodes(tp, pp, dp, dp_inner, gpus_per_node):
+def pp_crosses_nodes(tp, pp, dp, dp_inner, gpus_per_node, cp=1):
     """True where pipeline neighbours sit on different nodes (the PP group does not fit in one node)."""
-    return placement_strides(tp, pp, dp, dp_inner)[1] * np.asarray(pp) > gpus_per_node
+    return placement_strides(tp, pp, dp, dp_inner, cp)[1] * np.asarray(pp) > gpus_per_node
+
+
+def nested_span(inner_size, inner_stride, outer_size, outer_stride, hw: HardwareSpec, hierarchical=True):
+    """(k, M) of the group made of two placed groups, e.g. DP x CP, which reduce gradients together (Megatron's
+    data-parallel group with CP): members per node multiply while the inner group stays inside a node."""
+    gpn = hw.gpus_per_node
+    k_in, _ = group_span(inner_size, inner_stride, gpn)
+    k_out, _ = group_span(outer_size, outer_stride, gpn)
+    size = np.asarray(inner_size) * np.asarray(outer_size)
+    k = k_in * k_out
+    nodes = np.ceil(size / k)
+    if hierarchical:
+        return k, nodes
+    flat = nodes > 1
+    return np.where(flat, 1, k), np.where(flat, size, nodes)
 
 
 def span(size, stride, hw: HardwareSpec, hierarchical=True):

@@ -48,8 +48,8 @@ def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, 
 
 
 def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attention, hw: HardwareSpec,
-                          elem_bytes=2, backward=False):
-    """Time of softmax(QKᵀ)V for the heads on this GPU, forward (or backward).
+                          elem_bytes=2, backward=False, cp=1):
+    """Time of softmax(QKᵀ)V for the heads on this GPU, forward (or backward). `seq_len` is the whole sequence.
 
     FlashAttention (Dao et al. 2022) computes only the unmasked causal half, in one kernel whose HBM traffic is
     Q, K, V and O, at the hardware's attention-kernel efficiency (FlashAttention-2 reaches 50-73% of A100 peak,
@@ -59,14 +59,18 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     AV reads e (13 with dropout, 8 without). Backward: dP written, dropout-backward reads it and the mask and
     writes, softmax-backward reads P and dP and writes dS, dQ and dK read dS, dV reads P (19 with dropout,
     14 without); the matmuls do 2x the forward FLOPs.
+
+    Context parallelism (cp ranks): each rank holds s/cp queries and sees every key and value once (Megatron-Core
+    splits the sequence into 2·cp chunks so the causal work is the same on every rank): 1/cp of the FLOPs, its own
+    Q and O, all of K and V.
     """
-    s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
+    s, b, t, c = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp), np.asarray(cp)
     fa = np.asarray(flash_attention, dtype=bool)
-    flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0)
+    flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0) / c
     if backward:
         flops = flops * np.where(fa, 2.5, 2.0)
-    qkvo = elem_bytes * b * s * (2 * m.q_dim / t + 2 * kv_dim_per_rank(m, t)) * (2 if backward else 1)
-    scores = b * m.heads / t * s * s
+    qkvo = elem_bytes * b * s * (2 * m.q_dim / t / c + 2 * kv_dim_per_rank(m, t)) * (2 if backward else 1)
+    scores = b * m.heads / t * s * s / c
     drop = 1.0 if m.dropout else 0.0
     per_score = (7 if backward else 4) * elem_bytes + drop * (2 * elem_bytes + 1)
     math_s = flops / (np.where(fa, hw.attention_efficiency, hw.gemm_efficiency) * hw.peak_flops)
@@ -104,8 +108,10 @@ def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem
     return gemm + elementwise_time_s(4 * 4.0 * n * m.vocab / t, hw)
 
 
-def layer_kernel_count(m: ModelSpec, flash_attention):
+def layer_kernel_count(m: ModelSpec, flash_attention, cp=1):
     """Kernels one layer launches in the forward pass: 4 GEMMs, the attention core (1 fused FlashAttention kernel,
-    or QKᵀ, softmax, dropout, AV unfused), 2 norms, 2 residual adds, the MLP activation and rotary embedding."""
-    attention = np.where(flash_attention, 1, 4)
+    or QKᵀ, softmax, dropout, AV unfused), 2 norms, 2 residual adds, the MLP activation and rotary embedding.
+    Context parallelism runs attention as one kernel per K/V chunk (cp steps) and merges each step's partial output
+    with a rescaling kernel (Transformer Engine's context-parallel attention): 2 more per extra step."""
+    attention = np.where(flash_attention, 1, 4) + 2 * (np.asarray(cp) - 1)
     return 4 + attention + 5 + (0 if m.learned_positions else 1)

@@ -114,7 +114,7 @@ def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Pre
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
-                     zero3_gather_unit="layer"):
+                     zero3_gather_unit="layer", cp=1):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
@@ -124,9 +124,13 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     recomputed, and under ZeRO-3 the transients of the gathered units (zero3_transient_bytes; a unit is a layer for
     FSDP's per-block wrapping, the largest weight matrix for DeepSpeed's per-module gathering, and the embedding or
     output head on the edge stages).
+    Context parallelism (cp ranks) keeps s/cp tokens of every activation per rank (Megatron-Core: each rank stores
+    the K and V of its own chunk and gathers them again in backward), and ZeRO shards over the dp·cp ranks that hold
+    the same weights.
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
-    t, p, d = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
+    seq_len = np.asarray(seq_len) / c                           # tokens per rank
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
@@ -140,7 +144,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     zero3 = np.asarray(zero) >= 3
 
     best_parts, best_total, best_stage = None, None, None
-    for states, layers_r, r in zip(stage_state_bytes(m, t, p, d, zero, precision), layers, stage_idx):
+    for states, layers_r, r in zip(stage_state_bytes(m, t, p, d * c, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         parts = {
             **states,

@@ -1,6 +1,6 @@
 """Step time, throughput and utilisation of a layout: the cost functions composed (formulas.md §5, §6).
 
-    step = compute + exposed TP comm + PP comm + exposed DP comm + bubble + optimizer
+    step = compute + exposed TP comm + exposed CP comm + PP comm + exposed DP comm + bubble + optimizer
 
 compute and TP comm are m micro-batches through the slowest pipeline stage; the bubble is (p − 1)/v of one
 micro-batch's forward + backward on that stage (Narayanan et al. 2021 §2.2); DP communication overlaps the
@@ -19,12 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import comm, compute, flops, memory
+from planner.cost.params import kv_dim_per_rank
 from planner.cost.pipeline import layers_per_stage, stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
 
-TIME_PARTS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
 
 
@@ -47,23 +48,28 @@ def _exposed(comm_s, window_s, slowdown):
 
 def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
     """Per layer per micro-batch: (forward, backward incl. recompute) kernel time and (forward, backward) exposed TP
-    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute."""
+    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute (and cp, default 1).
+
+    Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
+    attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
     s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], c["recompute"]
-    gemm = compute.layer_gemm_time_s(m, s, b, t, hw, e)
-    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e)
-    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s, b, t, sp, e), hw)
-    launch = compute.layer_kernel_count(m, rt.flash_attention) * hw.kernel_overhead_s
+    cp = np.asarray(c.get("cp", 1))
+    s_rank = s / cp
+    gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
+    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
+    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e), hw)
+    launch = compute.layer_kernel_count(m, rt.flash_attention, cp) * hw.kernel_overhead_s
     fwd = gemm + attn + elem + launch
     # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
-    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True)
+    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp)
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
     # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives.
-    act_bytes = e * s * b * m.hidden
+    act_bytes = e * s_rank * b * m.hidden
     tp_group = comm.span(t, 1, hw)
     ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
@@ -81,6 +87,31 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
+def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
+    """Exposed context-parallel communication per layer per micro-batch, (forward, backward incl. recompute), s.
+
+    Megatron-Core CP (docs, context_parallel.rst): attention needs the K and V of the whole sequence, so the forward
+    all-gathers them over the cp ranks and the backward gathers them again and reduce-scatters their gradients,
+    each moving the b·s·kv_dim/t K and V of this rank's heads (GQA keeps it small); the collectives run as a ring of
+    point-to-point steps overlapped with the attention kernels (Ring Attention), so only what exceeds the attention
+    time (and the overlap slowdown) is exposed. Recomputing attention (selective or full) repeats the forward
+    exchange. Llama 3 all-gathers K and V before attention (§3.3.2: the same bytes, on the critical path; small with
+    GQA): Runtime.cp_comm_overlap = False.
+    """
+    s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], c["recompute"]
+    cp = np.asarray(c.get("cp", 1))
+    kv_bytes = 2.0 * e * b * s * kv_dim_per_rank(m, t)
+    group = comm.span(cp, t, hw)
+    gather = comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group)
+    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
+    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp)
+    u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    hide = rt.cp_comm_overlap
+    cp_fwd = np.where(hide, _exposed(gather, attn, u), gather)
+    cp_bwd = np.where(hide, _exposed(2 * gather, attn_bwd, u), 2 * gather) + np.where(rc >= 1, cp_fwd, 0.0)
+    return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
+
+
 def num_microbatches(job: Job, micro_batch, dp):
     """m = B/(b·d) micro-batches per pipeline per step (at least 1; divisibility is a validity rule)."""
     return np.maximum(job.global_batch // np.maximum(np.asarray(micro_batch) * np.asarray(dp), 1), 1)
@@ -93,7 +124,7 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
-        runtime.zero3_gather_unit)
+        runtime.zero3_gather_unit, c["cp"])
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
@@ -101,7 +132,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
     throughput. Validity is not checked here (see planner.constraints)."""
     c = {k: np.asarray(cols[k]) for k in KNOBS}
-    t, p, d, b, v, rc, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
+    t, cp, p, d, b, v, rc, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
     e = precision.activation_bytes
     num_mb = num_microbatches(job, b, d)
 
@@ -109,37 +140,40 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
     fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e)
+    cp_fwd, cp_bwd = cp_layer_times(m, hw, job, c, runtime, e)
     # The last stage adds the logits to its layers; a middle stage never has fewer layers than an edge one.
     first_last, middle, _ = layers_per_stage(m.layers, p)
     layers_max = stage_layers(m.layers, p)[1]
-    logits = compute.logits_time_s(m, job.seq_len, b, t, hw, e)
+    logits = compute.logits_time_s(m, job.seq_len / cp, b, t, hw, e)
     stage_comp = np.maximum(first_last * (fwd + bwd) + logits, middle * (fwd + bwd))
     stage_tp = middle * (tp_fwd + tp_bwd)
-    stage_fwd = layers_max * (fwd + tp_fwd)
-    stage_bwd = layers_max * (bwd + tp_bwd)
+    stage_cp = middle * (cp_fwd + cp_bwd)
+    stage_fwd = layers_max * (fwd + tp_fwd + cp_fwd)
+    stage_bwd = layers_max * (bwd + tp_bwd + cp_bwd)
 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP; pick the cheaper per layout.
     params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
     results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd,
-                            stage_bwd, stage_comp + stage_tp, dp_inner) for dp_inner in (True, False)]
+                            stage_bwd, stage_comp + stage_tp + stage_cp, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
     pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
-    opt_params = params_stage / np.where(z >= 1, d, 1)
+    opt_params = params_stage / np.where(z >= 1, d * cp, 1)      # ZeRO shards over the DP x CP replicas
     optimizer = opt_params * optimizer_bytes_per_param(precision) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
 
     times = {
         "compute": num_mb * stage_comp,
         "tp_comm": num_mb * stage_tp,
+        "cp_comm": num_mb * stage_cp,
         "pp_comm": pp_comm,
         "dp_comm": dp_comm,
-        "bubble": (p - 1) / v * (stage_comp + stage_tp),
+        "bubble": (p - 1) / v * (stage_comp + stage_tp + stage_cp),
         "optimizer": optimizer,
     }
     step = sum(times.values())
     tokens = job.global_batch * job.seq_len
-    gpus = t * p * d
+    gpus = t * cp * p * d
     model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, runtime.causal_flops_halved)
     hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved)
     out = {f"mem_{k}_bytes": v_ for k, v_ in mem.items()}
@@ -161,13 +195,13 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
 def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, stage_fwd, stage_bwd, stage_mb,
                  dp_inner):
     """(PP comm, exposed DP comm) in seconds per step for one rank placement."""
-    t, p, d, b, v, z = (c[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "zero"))
-    dp_stride = comm.placement_strides(t, p, d, dp_inner)[0]
+    t, cp, p, d, b, v, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "zero"))
+    dp_stride = comm.placement_strides(t, p, d, dp_inner, cp)[0]
 
     # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
-    # interleaved; with scatter/gather or SP each TP rank sends 1/t of b·s·h (Narayanan §4.1).
-    p2p_bytes = precision.activation_bytes * job.seq_len * b * m.hidden / t
-    cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node)
+    # interleaved; with scatter/gather or SP each TP rank sends 1/t of b·s·h (Narayanan §4.1); with CP, of its s/cp.
+    p2p_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden / t
+    cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node, cp)
     p2p = comm.p2p_time_s(p2p_bytes, cross, hw)
     pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
 
@@ -175,13 +209,16 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     param_bytes = params_stage * precision.param_bytes
     # Gradients travel in buckets; ZeRO-3 gathers one layer (FSDP block) or one weight matrix (DeepSpeed) per call.
     buckets = np.maximum(np.ceil(grad_bytes / rt.dp_bucket_bytes), 1)
-    group = comm.span(d, dp_stride, hw, rt.hierarchical_collectives)
-    rs = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=buckets, span=group)
-    ag = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=buckets, span=group)
-    ar = comm.all_reduce_time_s(grad_bytes, d, dp_stride, hw, count=buckets, span=group)
+    # Gradients are reduced (and ZeRO shards kept) over the DP x CP ranks, which hold the same weights (Megatron's
+    # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
+    replicas = d * cp
+    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives)
+    rs = comm.reduce_scatter_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)
+    ag = comm.all_gather_time_s(param_bytes, replicas, dp_stride, hw, count=buckets, span=group)
+    ar = comm.all_reduce_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)
     units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
-    ag3 = comm.all_gather_time_s(param_bytes, d, dp_stride, hw, count=units, span=group)
-    rs3 = comm.reduce_scatter_time_s(grad_bytes, d, dp_stride, hw, count=units, span=group)
+    ag3 = comm.all_gather_time_s(param_bytes, replicas, dp_stride, hw, count=units, span=group)
+    rs3 = comm.reduce_scatter_time_s(grad_bytes, replicas, dp_stride, hw, count=units, span=group)
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -211,5 +248,5 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     zero3 = num_mb * np.where(rt.overlap_param_gather,
                               np.maximum(_exposed(zero3_comm, stage_mb, u), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
-    dp_comm = np.where(d > 1, by_stage, 0.0)
+    dp_comm = np.where(replicas > 1, by_stage, 0.0)
     return pp_comm, dp_comm

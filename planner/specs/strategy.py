@@ -2,9 +2,9 @@
 
 One small dataclass owns the layout knobs (torchtitan's ParallelDims idea): `Layout`'s fields are the knob list.
 The search's pins (search.Pins), the knobs of a validation run (validate.RunLayout) and the cost layer's candidate
-columns (KNOB_COLUMNS, cost.step.KNOBS) are derived from them. Context or expert parallelism adds a Layout field
-(and a name in `PARALLEL_DIMS`), its enumeration (search.enumerate_candidates), its validity rules (constraints)
-and its cost terms; the existing dimensions do not change.
+columns (KNOB_COLUMNS, cost.step.KNOBS) are derived from them. A parallel dimension is a Layout field and a name in
+`PARALLEL_DIMS`, with its enumeration (search.enumerate_candidates), its validity rules (constraints) and its cost
+terms: context parallelism (cp) was added that way, and expert parallelism will be.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import numpy as np
 
 from planner.errors import PlannerError
 
-# Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count.
-PARALLEL_DIMS = ("tp", "pp", "dp")
+# Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count. CP sits next to TP
+# (Megatron-Core's tp-cp-dp-pp order); DP and PP take either order (cost.comm.placement_strides).
+PARALLEL_DIMS = ("tp", "cp", "pp", "dp")
 
 RECOMPUTE = ("none", "selective", "full")   # stored as 0, 1, 2 in candidate columns
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
@@ -92,6 +93,8 @@ class Runtime:
     tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
     tp_bwd_overlap: bool = True         # backward TP collectives overlap the weight-gradient (and, with SP, the
                                         # data-gradient) GEMMs: Megatron's async TP all-reduce (since late 2021)
+    cp_comm_overlap: bool = True        # CP's K/V exchange runs as a ring overlapped with attention (Megatron-Core);
+                                        # False: K/V all-gathered before attention, exposed (Llama 3 §3.3.2)
     overlap_grad_reduce: bool = True    # DP gradient reduction overlaps the last backward (Megatron, DDP buckets)
     overlap_param_gather: bool = True   # sharded-parameter all-gather overlaps the next forward
     causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
@@ -108,6 +111,7 @@ class Layout:
     """One parallel layout. Degrees multiply to the GPU count; the message restates the arithmetic."""
 
     tp: int = 1
+    cp: int = 1             # context parallelism: the sequence split over cp ranks (Megatron-Core, Llama 3)
     pp: int = 1
     dp: int = 1
     micro_batch: int = 1
@@ -117,7 +121,7 @@ class Layout:
     zero_stage: int = 0
 
     def __post_init__(self):
-        for f in ("tp", "pp", "dp", "micro_batch", "vpp"):
+        for f in ("tp", "cp", "pp", "dp", "micro_batch", "vpp"):
             value = getattr(self, f)
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < 1:
                 raise PlannerError(f"--{f.replace('_', '-')}", f"got {value!r}, expected a positive integer")

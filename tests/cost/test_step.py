@@ -31,10 +31,15 @@ ROWS = [
 ]
 
 
+ROW_KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")     # the ROWS tuples; cp = 1
+
+
 def columns(rows):
     arr = list(zip(*rows))
-    cols = {k: np.array(v) for k, v in zip(KNOBS, arr)}
+    cols = {k: np.array(v) for k, v in zip(ROW_KNOBS, arr)}
     cols["sp"] = cols["sp"].astype(bool)
+    cols["cp"] = np.ones_like(cols["tp"])
+    assert set(cols) == set(KNOBS)
     return cols
 
 
@@ -194,9 +199,7 @@ def test_interleaved_dp_overlap_window_by_formula():
 
 
 def _one(m, hw, job, row, rt=Runtime()):
-    cols = {k: np.array([v]) for k, v in zip(KNOBS, row)}
-    cols["sp"] = cols["sp"].astype(bool)
-    return step_columns(m, hw, job, cols, runtime=rt)
+    return step_columns(m, hw, job, columns([row]), runtime=rt)
 
 
 def test_pp_and_dp_communication_by_hand():

@@ -1,0 +1,114 @@
+"""Context parallelism (CP): each formula against hand arithmetic on h100-sxm, and what CP buys a long-context job.
+
+h100-sxm numbers (see tests/cost/test_comm.py): NVLink 450 GB/s x 0.82, NIC 50 GB/s x 0.94, base latency 14 µs,
+step latency 1.9 µs (NVLink) / 4.0 µs (network), FlashAttention at 0.35 of the 989 TFLOP/s dense peak.
+"""
+
+import numpy as np
+import pytest
+
+import planner
+from planner.cost import compute, memory
+from planner.cost.comm import nested_span, placement_strides, pp_crosses_nodes
+from planner.cost.step import cp_layer_times
+from planner.export import deepspeed_config, megatron_args, torchtitan_toml, unsupported
+from planner.specs.hardware import load_hardware
+from planner.specs.model import load_model
+from planner.specs.strategy import Job, Precision, Runtime
+
+HW = load_hardware("h100-sxm")
+M8B = load_model("llama-3.1-8b")                       # q_dim 4096, kv_dim 1024, 32 layers
+W_NODE, W_NET = 450e9 * 0.82, 50e9 * 0.94
+BASE, A_INTRA, A_INTER = 14e-6, 1.9e-6, 4.0e-6
+
+
+def test_attention_on_a_cp_rank_is_its_share_of_the_work():
+    """s = 8192, cp = 4: 4·b·s²·q/2 (causal, FlashAttention) / 4 FLOPs; Q and O of s/4 tokens, K and V of all s."""
+    flops = 4 * 8192 * 8192 * 4096 * 0.5 / 4
+    assert flops == 137_438_953_472
+    t = compute.attention_core_time_s(M8B, 8192, 1, 1, True, HW, cp=4)
+    assert HW.attention_efficiency == 0.35 and HW.peak_flops == pytest.approx(989e12, rel=1e-3)
+    assert float(t) == pytest.approx(flops / (0.35 * HW.peak_flops), rel=1e-12)   # compute-bound
+    whole = compute.attention_core_time_s(M8B, 8192, 1, 1, True, HW)
+    assert float(whole) == pytest.approx(4 * float(t), rel=1e-12)
+    # Memory-bound at s = 16: bytes 2·b·s·(2q/cp + 2kv) = 2·16·(2048 + 2048) = 131,072 read once.
+    tiny = compute.attention_core_time_s(M8B, 16, 1, 1, True, HW, cp=4)
+    assert float(tiny) == pytest.approx(131_072 / (HW.hbm_efficiency * HW.hbm_bw_bytes_per_s), rel=1e-12)
+
+
+def _cp_times(cp, tp=1, recompute=0, overlap=True, seq_len=8192):
+    job = Job(gpus=cp * tp, seq_len=seq_len, global_batch=1)
+    cols = {"tp": np.array([tp]), "cp": np.array([cp]), "micro_batch": np.array([1]), "sp": np.array([False]),
+            "recompute": np.array([recompute])}
+    fwd, bwd = cp_layer_times(M8B, HW, job, cols, Runtime(cp_comm_overlap=overlap))
+    return float(fwd[0]), float(bwd[0])
+
+
+def test_cp_kv_all_gather_by_hand():
+    """CP 2 inside a node, exposed (Llama 3's all-gather CP): K and V of the whole sequence, 2·e·b·s·kv =
+    2·2·8192·1024 = 33,554,432 bytes; the ring all-gather moves (k-1)/k of it over NVLink: 16,777,216 / (450e9·0.82)
+    + 14 µs + 1.9 µs. Backward gathers again and reduce-scatters the gradients (2x); full recompute adds a forward."""
+    gather = 16_777_216 / W_NODE + BASE + A_INTRA
+    fwd, bwd = _cp_times(2, overlap=False)
+    assert fwd == pytest.approx(gather, rel=1e-12) and bwd == pytest.approx(2 * gather, rel=1e-12)
+    assert _cp_times(2, recompute=2, overlap=False)[1] == pytest.approx(3 * gather, rel=1e-12)
+    # CP 16 with TP 8: every CP rank on its own node, K/V of 1 KV head each (kv 1024 / 8 = 128): 2·2·8192·128 =
+    # 4,194,304 bytes, 15/16 of it over the NICs, 14 µs + 15 steps of 4 µs.
+    net = 15 / 16 * 4_194_304 / W_NET + BASE + 15 * A_INTER
+    assert _cp_times(16, tp=8, overlap=False)[0] == pytest.approx(net, rel=1e-12)
+
+
+def test_cp_ring_hides_behind_attention_and_nothing_without_cp():
+    """Megatron-Core's ring overlaps the exchange with attention: at 8K tokens the 45 µs gather hides behind a
+    ~0.1 ms attention kernel (no overlap slowdown on H100); CP 1 has nothing to exchange."""
+    assert _cp_times(2) == (0.0, 0.0)
+    assert _cp_times(1, overlap=False) == (0.0, 0.0)
+    # At 512 tokens attention is short (a few µs) and the 14 µs latency alone stays exposed.
+    assert _cp_times(2, seq_len=512)[0] > 0
+
+
+def test_cp_shards_activations_and_zero_shards_over_dp_times_cp():
+    s, b = 8192, 1
+
+    def parts(cp, dp, zero):
+        return memory.memory_breakdown(M8B, s, 1, 1, dp, b, 1, 1, False, 0, zero, Precision(), True, 0.0, "layer",
+                                       cp)[0]
+
+    one, two = parts(1, 2, 1), parts(2, 2, 1)
+    assert float(two["activations"]) == pytest.approx(float(one["activations"]) / 2, rel=1e-12)
+    params = float(np.maximum.reduce(memory.stage_params(M8B, 1, 1)))
+    assert float(one["optimizer"]) == pytest.approx(params * 12 / 2, rel=1e-12)     # ZeRO-1 over DP 2
+    assert float(two["optimizer"]) == pytest.approx(params * 12 / 4, rel=1e-12)     # ... over DP 2 x CP 2
+    assert float(two["weights"]) == float(one["weights"])                             # CP does not shard weights
+
+
+def test_cp_placement_by_hand():
+    """TP 2 x CP 2 x DP 4 (x PP 4) on 8-GPU nodes. DP next to CP: the DP x CP group (8 ranks, TP stride 2) has
+    4 members per node on 2 nodes. PP next: DP ranks sit 16 apart, so each node holds one CP pair of the group."""
+    assert tuple(int(x) for x in placement_strides(2, 4, 4, True, 2)) == (4, 16)
+    assert tuple(int(x) for x in placement_strides(2, 4, 4, False, 2)) == (16, 4)
+    assert tuple(int(x) for x in nested_span(2, 2, 4, 4, HW)) == (4, 2)
+    assert tuple(int(x) for x in nested_span(2, 2, 4, 16, HW)) == (2, 4)
+    assert not pp_crosses_nodes(2, 1, 4, False, 8, 2) and pp_crosses_nodes(2, 4, 1, False, 8, 2)
+
+
+def test_cp_makes_long_context_training_possible():
+    """405B at 128K tokens on 16,384 H100s (Llama 3's long-context stage): without CP the best layout pipelines a
+    single micro-batch per step (MFU of a few %); CP frees DP for micro-batches and shards the activations."""
+    kw = dict(seq_len=131072, global_batch_tokens=2**24, find_min_gpus=False)
+    with_cp = planner.run_search("405b", 16384, **kw).table.iloc[0]
+    no_cp = planner.run_search("405b", 16384, pins=planner.Pins(cp=1), **kw).table.iloc[0]
+    assert with_cp["cp"] > 1 and with_cp["mfu"] > 0.3
+    assert no_cp["mfu"] < with_cp["mfu"] / 3
+
+
+def test_exports_carry_cp_and_deepspeed_refuses_it():
+    m = load_model("405b")
+    job = Job(gpus=16384, seq_len=131072, global_batch=128)
+    row = {"tp": 8, "cp": 16, "pp": 16, "dp": 8, "vpp": 1, "micro_batch": 1, "sequence_parallel": True,
+           "recompute": "none", "zero_stage": 1}
+    assert "--context-parallel-size 16" in megatron_args(row, m, job)
+    assert "TP 8 x CP 16 x PP 16 x DP 8 = 16384 GPUs" in megatron_args(row, m, job)
+    assert "context_parallel_degree = 16" in torchtitan_toml(row, m, job)
+    assert "context parallelism" in unsupported("deepspeed", row)
+    assert "context_parallel" not in str(deepspeed_config({**row, "cp": 1}, m, job))
