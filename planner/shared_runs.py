@@ -15,12 +15,14 @@ Rules (each one is why, briefly):
   the format lacks (gated MLP, tied embeddings, norm, biases, positions, dropout); otherwise the gated-MLP and
   tied-embedding choice closest to the stated `params_b` wins. Dropout in GPT-style models follows the era
   (Megatron GPT configs used it until Megatron-Core).
-- layout: a knob the source leaves null is searched (the planner's best choice, starred in the report); dp is
-  num_gpus / (tp·pp) when tp and pp are stated.
+- layout: a knob the source leaves null is searched (the planner's best choice, starred in the report), except
+  what the stack of the day could not do (below); cp null is 1; dp is num_gpus / (tp·cp·pp) when tp and pp are
+  stated; FSDP that keeps parameters gathered after the forward (SHARD_GRAD_OP) is ZeRO-2, otherwise ZeRO-3.
 - runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
-  torchtitan after mid-2022); Megatron's async TP backward from 2022 (not in DeepSpeed forks); TP-comm overlap,
-  gradient-reduce and parameter-gather overlap where the framework text names them or the framework is FSDP;
-  DeepSpeed ZeRO-3 gathers per weight matrix over flat rings.
+  torchtitan after mid-2022); Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce
+  and parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
+  2023 on; TP-comm overlap where named and in NeMo (its performance recipes turn it on); DeepSpeed ZeRO-3 gathers
+  per weight matrix over flat rings.
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
   source's FLOP accounting (Narayanan's 96-form or "hardware FLOPs" count the recompute forward) picks the
   convention.
@@ -175,10 +177,12 @@ def _zero_stage(value) -> int | None:
     text = _text(value)
     if not text:
         return None
-    if re.search(r"fsdp|fully.shard|full_shard", text):
+    if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):
         if "hybrid" in text:
             raise _Skip(f"zero_stage {value!r}: hybrid sharding is not modelled")
-        return 3
+        # Parameters kept gathered after the forward (FSDP SHARD_GRAD_OP, reshard_after_forward=False): ZeRO-2.
+        keep = r"(not|no|never)\s+reshard|reshard_after_forward\W+(false|never)|shard_grad_op"
+        return 2 if re.search(keep, text) else 3
     if "distributed optimizer" in text:
         return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
     if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
@@ -234,11 +238,14 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
     fw = _text(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
+    # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
+    # and NeMo recipes); NeMo's performance recipes also overlap TP communication with GEMMs (comm-overlap callback).
+    modern = not deepspeed and (year is None or year >= 2023)
     rt = {"flash_attention": year is None or year >= 2023,
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
-          "tp_comm_overlap": bool(re.search(r"tp.comm.overlap", fw)),
-          "overlap_grad_reduce": fsdp or bool(re.search(r"overlap.grad.reduce", fw)),
-          "overlap_param_gather": fsdp or bool(re.search(r"overlap.param.gather", fw))}
+          "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
+          "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
+          "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw))}
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
     return rt

@@ -186,3 +186,17 @@ def test_context_parallel_runs_convert():
                source="Llama Team 2024")
     converted, why = convert_run(run)
     assert why is None and converted["layout"]["cp"] == 16 and converted["layout"]["dp"] == 8
+
+
+def test_an_independent_transcription_of_modern_runs_predicts_like_the_bundle(bundled):
+    """The 12 runs the bundle added (Llama 3, NeMo on H100/B200/GB200, Nemotron-4), transcribed into the flat format
+    from their sources without the importer's rules in mind: every one converts, and its prediction lands near the
+    hand-converted run's (knobs the transcription leaves open are searched, so not exactly)."""
+    flat = load_runs_file(Path(__file__).parent / "data" / "added_runs_flat.yaml")
+    assert not flat.skipped and len(flat.runs) == 12
+    preds = [predict(r) for r in flat.runs]
+    for p in preds:
+        ref = predict(bundled[p.run.id])
+        assert abs(p.throughput_error - ref.throughput_error) < 0.08, (p.run.id, p.throughput_error,
+                                                                        ref.throughput_error)
+    assert summarize(preds)["overall"]["median"] <= 0.08
