@@ -63,14 +63,15 @@ def placement_lines(row, hw) -> list[str]:
     from planner.cost.comm import group_span, nested_span, placement_strides, pp_crosses_nodes
 
     t, c, p, d, g = int(row["tp"]), int(row["cp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
-    dp_inner = row["placement"] == "tp-dp-pp"
+    dp_inner = row["placement"].endswith("dp-pp")
     lines = []
     k, nodes = (int(x) for x in group_span(t, 1, g))
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
                  "inside one node, on NVLink." if nodes == 1 else f"spans {nodes} nodes: NVLink inside, NICs across."))
     if c > 1:
         k, nodes = (int(x) for x in group_span(c, t, g))
-        lines.append(f"CP ({c}): K/V ring exchange " + ("inside one node, on NVLink." if nodes == 1 else
+        lines.append(f"CP ({c}): K/V exchange " + ("inside one node, on NVLink." if nodes == 1 else
+                     f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
                      f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
     k, nodes = (int(x) for x in nested_span(c, t, d, placement_strides(t, p, d, dp_inner, c)[0], hw))
     name = f"DP x CP ({d} x {c})" if c > 1 else f"DP ({d})"

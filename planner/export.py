@@ -30,6 +30,8 @@ def unsupported(framework: str, row) -> str | None:
         if vpp > 1:
             return "DeepSpeed's pipeline engine has no interleaved schedule"
     if framework == "torchtitan":
+        if int(row.get("cp", 1)) > 1 and zero == 0:
+            return "torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1"
         if zero == 1:
             return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
         if tp > 1 and not row["sequence_parallel"]:
@@ -60,7 +62,7 @@ def megatron_args(row, m: ModelSpec, job: Job) -> str:
     elif zero >= 2:
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--use-distributed-optimizer"]
-    if dp > 1:
+    if dp * cp > 1:                          # gradients are reduced over DP x CP
         args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
     args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
              f"--seq-length {job.seq_len}", "--bf16"]
@@ -85,6 +87,9 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
              f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
+    if cp > 1:
+        notes.append("# torchtitan's CP rotates K/V with all-gather by default (context_parallel_rotate_method); the "
+                     "plan assumed Megatron's ring overlapped with attention")
     if reshard:
         lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
     if pp > 1:

@@ -172,7 +172,7 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         **{f"{k}_s": res[f"{k}_s"] for k in TIME_PARTS},
         "tokens_per_s": res["tokens_per_s"], "tflops_per_gpu": res["tflops_per_gpu"],
         "mfu": res["mfu"], "hfu": res["hfu"],
-        "placement": np.where(res["dp_inner"], "tp-dp-pp", "tp-pp-dp"),
+        "placement": np.where(cols["cp"] > 1, "tp-cp-", "tp-") + np.where(res["dp_inner"], "dp-pp", "pp-dp"),
         "peak_stage": res["peak_stage"].astype(np.int64),
     })
     return df
@@ -199,9 +199,17 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     if not (isinstance(headroom_gib, (int, float)) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
         raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
     capacity = hw.hbm_bytes - headroom_gib * GIB
-    if pins.cp is None and None not in (pins.tp, pins.pp, pins.dp):
+    implied_cp = pins.cp is None and None not in (pins.tp, pins.pp, pins.dp)
+    if implied_cp:
         pins = replace(pins, cp=1)          # a layout given as TP x PP x DP is complete: no CP unless asked
-    check_pins(pins, job)
+    try:
+        check_pins(pins, job)
+    except PlannerError as exc:
+        rest = job.gpus // max(pins.tp * pins.pp * pins.dp, 1) if implied_cp else 0
+        if rest > 1 and rest * pins.tp * pins.pp * pins.dp == job.gpus:
+            raise PlannerError(exc.field, f"{exc.message} (CP is 1 unless --cp is given; --cp {rest} would use the "
+                                          f"other GPUs)") from None
+        raise
     cols = enumerate_candidates(m, job, pins)
     n = len(cols["tp"])
     rejected: dict[str, int] = {}

@@ -33,6 +33,14 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         for v in (2, 3, 4, 6, 8):
             if v != base["vpp"] and mid % v == 0:
                 out.append((f"VPP {v} interleaving", {**base, "vpp": v}))
+    # Trade data parallelism for context parallelism (same GPUs): more micro-batches per pipeline and 1/CP of the
+    # activations per rank, for the K/V exchange.
+    if base["dp"] % 2 == 0:
+        out.append((f"CP {2 * base['cp']} with DP {base['dp'] // 2}", {**base, "cp": 2 * base["cp"],
+                                                                     "dp": base["dp"] // 2}))
+    if base["cp"] % 2 == 0:
+        out.append((f"CP {base['cp'] // 2} with DP {2 * base['dp']}", {**base, "cp": base["cp"] // 2,
+                                                                     "dp": 2 * base["dp"]}))
     for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
         if mb >= 1:
             out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))

@@ -111,6 +111,6 @@ def test_cp_flag_pins_context_parallelism(capsys):
     configs = json.loads(res.stdout)["configs"]
     assert configs and all(c["cp"] == 2 and c["tp"] * c["cp"] * c["pp"] * c["dp"] == 16 for c in configs)
     pinned = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "2", "--cp", "4", "--pp", "1", "--dp", "2"])
-    assert pinned.exit_code == 0 and "CP4" in pinned.output and "CP (4): K/V ring exchange" in pinned.output
+    assert pinned.exit_code == 0 and "CP4" in pinned.output and "CP (4): K/V exchange inside one node" in pinned.output
     from cli_contract import assert_mentions, bad
     assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--cp", "32", "--seq-len", "48"), "--cp", "2 x CP")

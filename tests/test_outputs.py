@@ -98,7 +98,7 @@ def test_whatif_suggestions_are_real_improvements():
     tips = suggestions(ev)
     assert tips and all("so it fits" in t for t in tips)
     # the advice can be followed: the layout with the suggested knob changed (all others as evaluated) fits
-    layout = {k: ev.row[k] for k in ("tp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
+    layout = {k: ev.row[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
                                      "zero_stage")}
     for tip in tips:
         assert _best("405b", 512, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
@@ -115,6 +115,8 @@ def _knob_of(label: str) -> dict:
         return {"vpp": int(words[1])}
     if label.startswith("micro-batch "):
         return {"micro_batch": int(words[1])}
+    if label.startswith("CP "):                              # 'CP 2 with DP 2': two degrees, same GPUs
+        return {"cp": int(words[1]), "dp": int(words[-1])}
     assert label.startswith("sequence parallelism "), label
     return {"sequence_parallel": words[-1] == "on"}
 

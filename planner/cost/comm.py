@@ -118,6 +118,21 @@ def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchi
     return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2, span)
 
 
+def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec):
+    """A ring of point-to-point steps that circulates `size` chunks of S/size bytes (Ring Attention; Megatron-Core
+    context parallelism): size − 1 steps, each as slow as the slowest link of the ring, which is a NIC once the group
+    leaves its node (every step waits for the rank that sends across the boundary, so the node's other NICs do not
+    help, unlike a hierarchical all-gather)."""
+    size = np.asarray(size)
+    _, nodes = group_span(size, stride, hw.gpus_per_node)
+    w_node, w_net = _bandwidths(hw)
+    cross = nodes > 1
+    step = np.asarray(nbytes, dtype=float) / np.maximum(size, 1) / np.where(cross, w_net, w_node)
+    lat = np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)
+    t = hw.collective_base_latency_s + (size - 1) * (step + lat)
+    return np.where(size > 1, t, 0.0)
+
+
 def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):
     """One point-to-point send of S bytes: latency + S/W over NVLink or, between nodes, the GPU's NIC."""
     w_node, w_net = _bandwidths(hw)

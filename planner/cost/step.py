@@ -58,7 +58,8 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
     attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
     elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e), hw)
-    launch = compute.layer_kernel_count(m, rt.flash_attention, cp) * hw.kernel_overhead_s
+    ring_steps = cp if rt.cp_comm_overlap else 1        # the all-gather variant runs one attention kernel
+    launch = compute.layer_kernel_count(m, rt.flash_attention, ring_steps) * hw.kernel_overhead_s
     fwd = gemm + attn + elem + launch
     # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
@@ -92,23 +93,24 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
 
     Megatron-Core CP (docs, context_parallel.rst): attention needs the K and V of the whole sequence, so the forward
     all-gathers them over the cp ranks and the backward gathers them again and reduce-scatters their gradients,
-    each moving the b·s·kv_dim/t K and V of this rank's heads (GQA keeps it small); the collectives run as a ring of
-    point-to-point steps overlapped with the attention kernels (Ring Attention), so only what exceeds the attention
-    time (and the overlap slowdown) is exposed. Recomputing attention (selective or full) repeats the forward
-    exchange. Llama 3 all-gathers K and V before attention (§3.3.2: the same bytes, on the critical path; small with
-    GQA): Runtime.cp_comm_overlap = False.
+    each moving the b·s·kv_dim/t K and V of this rank's heads (GQA keeps it small). Megatron-Core runs them as a
+    ring of point-to-point steps (comm.ring_exchange_time_s) overlapped with the attention kernels (Ring Attention),
+    so only what exceeds the attention time (and the overlap slowdown) is exposed. Llama 3 all-gathers K and V with
+    a collective before attention (§3.3.2: on the critical path, small with GQA): Runtime.cp_comm_overlap = False.
+    Recomputing attention (selective or full) repeats the forward exchange.
     """
     s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], c["recompute"]
     cp = np.asarray(c.get("cp", 1))
     kv_bytes = 2.0 * e * b * s * kv_dim_per_rank(m, t)
     group = comm.span(cp, t, hw)
-    gather = comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group)
+    hide = rt.cp_comm_overlap
+    exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw) if hide
+                else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
     attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
     attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp)
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
-    hide = rt.cp_comm_overlap
-    cp_fwd = np.where(hide, _exposed(gather, attn, u), gather)
-    cp_bwd = np.where(hide, _exposed(2 * gather, attn_bwd, u), 2 * gather) + np.where(rc >= 1, cp_fwd, 0.0)
+    cp_fwd = _exposed(exchange, attn, u) if hide else exchange
+    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(rc >= 1, cp_fwd, 0.0)
     return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
 
 

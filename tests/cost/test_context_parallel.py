@@ -59,8 +59,8 @@ def test_cp_kv_all_gather_by_hand():
 
 
 def test_cp_ring_hides_behind_attention_and_nothing_without_cp():
-    """Megatron-Core's ring overlaps the exchange with attention: at 8K tokens the 45 µs gather hides behind a
-    ~0.1 ms attention kernel (no overlap slowdown on H100); CP 1 has nothing to exchange."""
+    """Megatron-Core's ring overlaps the exchange with attention: at 8K tokens the ~60 µs ring hides behind a
+    ~0.8 ms attention kernel (no overlap slowdown on H100); CP 1 has nothing to exchange."""
     assert _cp_times(2) == (0.0, 0.0)
     assert _cp_times(1, overlap=False) == (0.0, 0.0)
     # At 512 tokens attention is short (a few µs) and the 14 µs latency alone stays exposed.
@@ -112,3 +112,81 @@ def test_exports_carry_cp_and_deepspeed_refuses_it():
     assert "context_parallel_degree = 16" in torchtitan_toml(row, m, job)
     assert "context parallelism" in unsupported("deepspeed", row)
     assert "context_parallel" not in str(deepspeed_config({**row, "cp": 1}, m, job))
+
+
+def _cols(**kw):
+    base = dict(tp=1, cp=1, pp=1, dp=1, micro_batch=1, vpp=1, sp=False, recompute=0, zero=0)
+    return {k: np.array([v]) for k, v in {**base, **kw}.items()}
+
+
+def _step(seq_len, rt=Runtime(), batch=8, **kw):
+    from planner.cost.step import step_columns
+
+    cols = _cols(**kw)
+    gpus = int(cols["tp"][0] * cols["cp"][0] * cols["pp"][0] * cols["dp"][0])
+    out = step_columns(M8B, HW, Job(gpus=gpus, seq_len=seq_len, global_batch=batch), cols, runtime=rt)
+    return {k: float(np.asarray(v)[0]) for k, v in out.items()}
+
+
+def test_every_token_wise_term_sees_s_over_cp():
+    """A CP-2 rank at s = 8192 does the token-wise work of a CP-1 rank at s = 4096: GEMMs, element-wise traffic, TP
+    collectives (TP 2 + SP), pipeline sends, activations and the recompute working set; attention and the kernel
+    count are what differ."""
+    from planner.cost.step import layer_times
+
+    rt = Runtime()
+    two = layer_times(M8B, HW, Job(gpus=4, seq_len=8192, global_batch=1),
+                      _cols(tp=2, cp=2, sp=True, recompute=2), rt)
+    one = layer_times(M8B, HW, Job(gpus=2, seq_len=4096, global_batch=1), _cols(tp=2, sp=True, recompute=2), rt)
+    assert float(two[2][0]) == pytest.approx(float(one[2][0]), rel=1e-12)          # TP forward
+    assert float(two[3][0]) == pytest.approx(float(one[3][0]), rel=1e-12)          # TP backward (+ recompute)
+    attn2 = float(compute.attention_core_time_s(M8B, 8192, 1, 2, True, HW, cp=2))
+    attn1 = float(compute.attention_core_time_s(M8B, 4096, 1, 2, True, HW))
+    launch = HW.kernel_overhead_s * 2                                                # one ring step more: 2 kernels
+    assert float(two[0][0]) - attn2 - launch == pytest.approx(float(one[0][0]) - attn1, rel=1e-12)
+    assert compute.layer_kernel_count(M8B, True, 4) - compute.layer_kernel_count(M8B, True, 1) == 6
+
+    a = _step(8192, tp=1, cp=2, pp=2)             # PP neighbours share a node in both layouts
+    b = _step(4096, tp=1, cp=1, pp=2)
+    assert a["pp_comm_s"] == pytest.approx(b["pp_comm_s"], rel=1e-12)
+    for part in ("activations", "other"):
+        full = dict(recompute=2, zero=0)
+        assert _step(8192, cp=2, **full)[f"mem_{part}_bytes"] == pytest.approx(
+            _step(4096, cp=1, **full)[f"mem_{part}_bytes"], rel=1e-12), part
+
+
+def test_gradients_and_optimizer_shard_over_dp_times_cp():
+    """DP 2 x CP 2 reduces gradients and shards ZeRO-1 like DP 4 (4 ranks in one node either way)."""
+    plain = Runtime(overlap_grad_reduce=False, overlap_param_gather=False)
+    a = _step(8192, rt=plain, cp=2, dp=2, zero=1)
+    b = _step(8192, rt=plain, cp=1, dp=4, zero=1)
+    assert a["dp_comm_s"] == pytest.approx(b["dp_comm_s"], rel=1e-12) and a["dp_comm_s"] > 0
+    assert a["optimizer_s"] == pytest.approx(b["optimizer_s"], rel=1e-12)
+    assert a["mem_optimizer_bytes"] == pytest.approx(b["mem_optimizer_bytes"], rel=1e-12)
+    assert _step(8192, rt=plain, cp=2, dp=1, zero=0)["dp_comm_s"] > 0              # CP ranks alone reduce too
+
+
+def test_exposed_cp_time_is_charged_per_micro_batch_and_in_the_bubble():
+    """All-gather CP (exposed): cp_comm = m x layers x (forward + backward) and the bubble's per-micro-batch pass
+    includes it; selective recompute repeats the forward exchange."""
+    rt = Runtime(cp_comm_overlap=False)
+    out = _step(8192, rt=rt, batch=8, cp=2, pp=2)
+    fwd, bwd = _cp_times(2, overlap=False)
+    layers = 16                                                   # 32 layers on 2 stages
+    assert out["cp_comm_s"] == pytest.approx(8 * layers * (fwd + bwd), rel=1e-9)
+    per_mb = (out["compute_s"] + out["tp_comm_s"] + out["cp_comm_s"]) / 8
+    assert out["bubble_s"] == pytest.approx(per_mb, rel=1e-9)     # (p - 1) / v = 1
+    assert _cp_times(2, recompute=1, overlap=False)[1] == pytest.approx(3 * fwd, rel=1e-12)
+
+
+def test_the_ring_waits_for_the_rank_that_leaves_the_node():
+    """Megatron's P2P ring over CP 16 with TP 1 (2 nodes): 15 steps of the 1/16 chunk, each over a NIC, although
+    only 2 of the 16 ranks send across: (cp-1)/cp·S/W_net, not the hierarchical all-gather's S/k."""
+    from planner.cost.comm import all_gather_time_s, ring_exchange_time_s
+
+    S = 2 * 2 * 32768 * 1024                                       # K and V, s = 32K, kv 1024, bf16
+    ring = float(ring_exchange_time_s(S, 16, 1, HW))
+    assert ring == pytest.approx(BASE + 15 * (S / 16 / W_NET + A_INTER), rel=1e-12)
+    assert ring > 4 * float(all_gather_time_s(S, 16, 1, HW))
+    assert float(ring_exchange_time_s(S, 4, 1, HW)) == pytest.approx(BASE + 3 * (S / 4 / W_NODE + A_INTRA),
+                                                                      rel=1e-12)
