@@ -146,6 +146,11 @@ def test_every_token_wise_term_sees_s_over_cp():
     assert float(two[0][0]) - attn2 - launch == pytest.approx(float(one[0][0]) - attn1, rel=1e-12)
     assert compute.layer_kernel_count(M8B, True, 4) - compute.layer_kernel_count(M8B, True, 1) == 6
 
+    # One stage: compute = m x (L x (forward + backward) + the logits of the rank's s/cp tokens).
+    lt = layer_times(M8B, HW, Job(gpus=2, seq_len=8192, global_batch=8), _cols(cp=2), rt)
+    logits = float(compute.logits_time_s(M8B, 4096, 1, 1, HW))
+    assert _step(8192, cp=2)["compute_s"] == pytest.approx(8 * (32 * float(lt[0][0] + lt[1][0]) + logits), rel=1e-12)
+
     a = _step(8192, tp=1, cp=2, pp=2)             # PP neighbours share a node in both layouts
     b = _step(4096, tp=1, cp=1, pp=2)
     assert a["pp_comm_s"] == pytest.approx(b["pp_comm_s"], rel=1e-12)
