@@ -129,6 +129,7 @@ def sweep_gpus_value(rng: random.Random) -> str:
 
 FLAGS = {
     "--tp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16]),
+    "--cp": lambda rng, f: int_value(rng, [1, 2, 3, 4, 16]),
     "--pp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16, 32]),
     "--dp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16, 64]),
     "--micro-batch": lambda rng, f: int_value(rng, [1, 2, 4]),
@@ -296,7 +297,8 @@ def yaml_dump(doc) -> str:
 
 
 LAYOUT_PINS = [["--tp", "1", "--pp", "1", "--dp", "8"], ["--tp", "8", "--pp", "1", "--dp", "1"],
-               ["--tp", "2", "--pp", "2", "--dp", "2"], ["--tp", "4", "--pp", "2", "--dp", "1", "--recompute", "full"]]
+               ["--tp", "2", "--pp", "2", "--dp", "2"], ["--tp", "4", "--pp", "2", "--dp", "1", "--recompute", "full"],
+               ["--tp", "2", "--cp", "2", "--pp", "1", "--dp", "2"]]
 
 
 # --- (c) HuggingFace config.json -------------------------------------------------------------------------------------
