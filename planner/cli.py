@@ -350,7 +350,8 @@ def validate_cmd(
     skipped.update({p.run.id: p.error for p in failed})     # shared-dataset files: listed with the reason
     preds = [p for p in preds if p.error is None]
     if not preds:
-        raise PlannerError("runs file", f"none of its runs can be predicted (e.g. {next(iter(skipped.items()))})")
+        example = "; e.g. " + ": ".join(next(iter(skipped.items()))) if skipped else ""
+        raise PlannerError("runs file", f"none of its runs can be predicted{example}")
     stats = summarize(preds)
     if fmt is Format.json:
         _emit(report.json_text(report.validation_document(preds, stats, skipped)), output)

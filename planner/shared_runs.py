@@ -4,9 +4,9 @@ That format describes each run in the words of its source: `gpu: "A100-SXM4-80GB
 "Megatron-Core r0.8.0 (--overlap-grad-reduce ...)"`, `recompute: "full (DeepSpeed activation checkpointing)"`,
 `zero_stage: "FSDP FULL_SHARD"`, null where the source is silent. `convert_run` maps one such run onto the
 planner's own run schema (planner/data/published_runs.yaml) with fixed, documented rules, and records every rule it
-applied under `assumptions`; a run the cost model cannot express (MoE, expert parallelism, FP8, TPU, a recompute
-policy between selective and full, no GPU count, ...) is returned as skipped with the reason. Nothing here is
-tuned to a run: the same rules apply to every file.
+applied under `assumptions`; a run the cost model cannot express (MoE, expert parallelism, FP8 or 32-bit training,
+hybrid sharding, TPUs, a recompute policy between selective and full, no GPU count, a gated MLP of unstated width,
+...) is returned as skipped with the reason. Nothing here is tuned to a run: the same rules apply to every file.
 
 Rules (each one is why, briefly):
 - hardware: the GPU's name picks the profile; an A100 whose memory the source does not state is the 40 GB
@@ -14,18 +14,22 @@ Rules (each one is why, briefly):
 - architecture: a model-family name (Llama, MPT, BLOOM, GPT-NeoX, Nemotron, OPT, Falcon, GPT) fixes the details
   the format lacks (gated MLP, tied embeddings, norm, biases, positions, dropout); otherwise the gated-MLP and
   tied-embedding choice closest to the stated `params_b` wins. Dropout in GPT-style models follows the era
-  (Megatron GPT configs used it until Megatron-Core).
+  (Megatron GPT configs used it until Megatron-Core). Unstated kv_heads: multi-head attention; unstated ffn_hidden:
+  4h for a GeLU MLP (a gated one is skipped).
 - layout: a knob the source leaves null is searched (the planner's best choice, starred in the report), except
   what the stack of the day could not do (below); cp null is 1; dp is num_gpus / (tp·cp·pp) when tp and pp are
-  stated; FSDP that keeps parameters gathered after the forward (SHARD_GRAD_OP) is ZeRO-2, otherwise ZeRO-3.
+  stated; FSDP that keeps parameters gathered after the forward (SHARD_GRAD_OP) is ZeRO-2, otherwise ZeRO-3;
+  NO_SHARD or DDP is 0; Megatron's distributed optimizer is 1.
+- the source's year is the latest year its group and source text name (arXiv ids are not years), else its
+  framework's era.
 - runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
   torchtitan after mid-2022); Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce
   and parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
   2023 on; TP-comm overlap where named and in NeMo (its performance recipes turn it on); DeepSpeed ZeRO-3 gathers
   per weight matrix over flat rings.
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
-  source's FLOP accounting (Narayanan's 96-form or "hardware FLOPs" count the recompute forward) picks the
-  convention.
+  source's FLOP accounting picks the convention: Narayanan's 96-form, "hardware FLOPs", "includes recompute" or
+  HFU alone count the recompute forward; "6N"/"6ND" with no attention term is six_n; otherwise model FLOPs.
 """
 
 from __future__ import annotations
@@ -37,13 +41,13 @@ from typing import Any
 # Profiles by GPU name, most specific first.
 _HARDWARE = (
     (r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
-    (r"mi300x", "mi300x"), (r"a100.*40\s*gb", "a100-40gb"), (r"a100.*80\s*gb", "a100-80gb"),
+    (r"mi300x", "mi300x"), (r"a100.*40\s*g", "a100-40gb"), (r"a100.*80\s*g", "a100-80gb"),
     (r"a100", "a100-40gb"), (r"v100", "v100-sxm"),
 )
 _NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)",
                r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
                r"gh200": "GH200 (Grace Hopper superchip; no profile)",
-               r"pcie|h100\s*nvl": "PCIe card (no NVSwitch node; no profile)"}
+               r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)"}
 
 _GPUS_PER_NODE = 8      # DGX/HGX nodes, for the model-parallel split rule only
 
@@ -75,8 +79,8 @@ _THROUGHPUT = (("iteration_time_s", "iteration_time_s"), ("tokens_per_s", "token
 def is_shared_format(data: dict) -> bool:
     """True for a file in the shared dataset's flat format (runs carry `num_gpus`/`gpu`, not `hardware`)."""
     runs = data.get("runs")
-    return (isinstance(runs, list) and bool(runs) and all(isinstance(r, dict) for r in runs)
-            and any("num_gpus" in r or "gpu" in r for r in runs) and not any("hardware" in r for r in runs))
+    maps = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    return any("num_gpus" in r or "gpu" in r for r in maps) and not any("hardware" in r for r in maps)
 
 
 class _Skip(Exception):
@@ -87,16 +91,26 @@ def _text(value) -> str:
     return "" if value is None else str(value).lower()
 
 
+def _int(run: dict, key: str) -> int:
+    """A whole number (2.0 is 2); booleans and fractions are malformed, not silently truncated."""
+    value = run[key]
+    if isinstance(value, bool) or float(value) != int(float(value)):
+        raise ValueError(f"{key} must be a whole number, got {value!r}")
+    return int(float(value))
+
+
 # The year a framework's runs date from when the source names none (it decides the runtime features below).
 _FRAMEWORK_YEAR = ((r"megatron-core|nemo|megatron-bridge|torchtitan", 2024), (r"composer|llm-foundry|gigatron", 2023),
                    (r"deepspeed|gpt-neox|metaseq", 2022))
 
 
 def _year(run: dict) -> int | None:
-    """The source's year (its citation, else its framework's era); None: unknown, treated as current."""
-    found = re.findall(r"\b20[12]\d\b", f"{run.get('group', '')} {run.get('source', '')}")
+    """The source's year (the latest year its citation names: older ones are its references; arXiv ids such as
+    2010.12345 are not years), else its framework's era; None: unknown, treated as current."""
+    text = re.sub(r"\d{4}\.\d{4,5}", " ", f"{run.get('group', '')} {run.get('source', '')}")
+    found = re.findall(r"\b20[12]\d\b", text)
     if found:
-        return min(int(y) for y in found)
+        return max(int(y) for y in found)
     fw = _text(run.get("framework"))
     return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
 
@@ -124,13 +138,15 @@ def _architecture(run: dict, year: int | None, notes: dict) -> dict:
     need = [k for k in ("layers", "hidden", "heads", "vocab", "seq_len") if run.get(k) is None]
     if need:
         raise _Skip(f"architecture not stated ({', '.join(need)})")
-    h = int(run["hidden"])
-    model = {"name": re.sub(r"[^a-z0-9.]+", "-", name).strip("-") or str(run["id"]),
-             "description": str(run.get("model") or ""), "layers": int(run["layers"]), "hidden": h,
-             "ffn_hidden": int(run.get("ffn_hidden") or 4 * h), "heads": int(run["heads"]),
-             "vocab": int(run["vocab"]), "seq_len": int(run["seq_len"])}
+    h = _int(run, "hidden")
+    model = {"name": re.sub(r"[^a-z0-9.]+", "-", name).strip("-") or str(run.get("id") or "run"),
+             "description": str(run.get("model") or ""), "layers": _int(run, "layers"), "hidden": h,
+             "ffn_hidden": _int(run, "ffn_hidden") if run.get("ffn_hidden") else 4 * h, "heads": _int(run, "heads"),
+             "vocab": _int(run, "vocab"), "seq_len": _int(run, "seq_len")}
     if run.get("kv_heads"):
-        model["kv_heads"] = int(run["kv_heads"])
+        model["kv_heads"] = _int(run, "kv_heads")
+    else:
+        notes["kv_heads"] = "not stated: multi-head attention (as many K/V heads as query heads)"
     family = next(((p, f) for p, f in _FAMILIES if re.search(p, name)), None)
     if family is not None:
         flags = dict(family[1])
@@ -153,23 +169,30 @@ def _architecture(run: dict, year: int | None, notes: dict) -> dict:
         flags.update(best)
     if "dropout" not in flags:
         flags["dropout"] = year is not None and year <= 2022   # Megatron GPT configs dropped it with Megatron-Core
+    if not run.get("ffn_hidden"):
+        if flags["gated_mlp"]:
+            raise _Skip("ffn_hidden not stated for a gated-MLP model (no standard width to assume)")
+        notes["ffn_hidden"] = "not stated: the standard 4h of a GeLU MLP"
     return {**model, **flags}
 
 
-_RECOMPUTE = ((r"^\s*(none|no|off|false|disabled)\b", "none"),
-              (r"^\s*selective\s*(\(attention core|$)", "selective"), (r"^\s*selective", None),
-              (r"^\s*(full|true|yes|on)\b|^\s*(activation|gradient) checkpointing\s*$", "full"))
-
-
 def _recompute(value) -> str | None:
-    text = _text(value)
-    if not text:
+    """none | selective (Megatron's: the attention core) | full; None when unknown; other policies (per-op,
+    every n-th layer, micro-batch-level, custom) are not expressible."""
+    text = _text(value).strip()
+    if text in ("", "n/a", "na", "unknown", "not stated", "?"):
         return None
-    for pattern, code in _RECOMPUTE:
-        if re.search(pattern, text) and code is not None:
-            return code
-        if re.search(pattern, text):
-            break
+    if re.search(r"selective|custom|partial", text):
+        if re.search(r"\b(op|ops|layers?|every|custom|micro-?batch|partial)\b", text):
+            raise _Skip(f"recompute {value!r}: only none, selective (the attention core) and full recomputation "
+                        "are modelled")
+        return "selective"
+    if re.search(r"\bfull\b", text):
+        return "full"
+    if re.search(r"\b(none|no|off|false|disabled)\b", text):
+        return "none"
+    if re.search(r"^(true|yes|on)\b|checkpoint|recomput|remat", text):
+        return "full"                   # activation checkpointing with no qualifier: every layer
     raise _Skip(f"recompute {value!r}: only none, selective (the attention core) and full recomputation are modelled")
 
 
@@ -177,13 +200,15 @@ def _zero_stage(value) -> int | None:
     text = _text(value)
     if not text:
         return None
+    if re.search(r"hybrid|hsdp|dp_replicate", text):
+        raise _Skip(f"zero_stage {value!r}: hybrid sharding (replicated shard groups) is not modelled")
+    if re.search(r"no_shard|\bddp\b", text):
+        return 0
     if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):
-        if "hybrid" in text:
-            raise _Skip(f"zero_stage {value!r}: hybrid sharding is not modelled")
         # Parameters kept gathered after the forward (FSDP SHARD_GRAD_OP, reshard_after_forward=False): ZeRO-2.
         keep = r"(not|no|never)\s+reshard|reshard_after_forward\W+(false|never)|shard_grad_op"
         return 2 if re.search(keep, text) else 3
-    if "distributed optimizer" in text:
+    if re.search(r"distributed.optimizer", text):
         return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
     if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
         return 0
@@ -202,7 +227,7 @@ def _legacy(run: dict, year: int | None) -> tuple[bool, bool]:
 def _layout(run: dict, year: int | None, notes: dict) -> dict:
     if (run.get("ep") or 1) > 1:
         raise _Skip(f"ep={run['ep']}: expert parallelism is not modelled yet")
-    layout: dict[str, Any] = {k: int(run[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
+    layout: dict[str, Any] = {k: _int(run, k) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
     mps = run.get("model_parallel_size")
     if not ({"tp", "pp", "dp"} & set(layout) or mps or run.get("num_gpus") == 1):
         raise _Skip("parallel layout not stated (tp, pp, dp and model_parallel_size are all null)")
@@ -213,9 +238,11 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
         notes["tp"] = f"model_parallel_size {mps} split as TP {layout['tp']} (one node) x PP {layout['pp']}"
     if "dp" not in layout and "tp" in layout and "pp" in layout and run.get("num_gpus"):
         layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout.get("cp", 1) * layout["pp"])
-    sp = run.get("sequence_parallel")
-    if sp is not None:
-        layout["sequence_parallel"] = sp if isinstance(sp, bool) else _text(sp) in ("true", "yes", "on", "1")
+    sp = _text(run.get("sequence_parallel")).strip()
+    if sp in ("true", "yes", "on", "1", "enabled"):
+        layout["sequence_parallel"] = True
+    elif sp in ("false", "no", "off", "0", "disabled", "none"):
+        layout["sequence_parallel"] = False
     for key, value in (("recompute", _recompute(run.get("recompute"))),
                        ("zero_stage", _zero_stage(run.get("zero_stage")))):
         if value is not None:
@@ -230,7 +257,8 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
     for key, (value, applies) in defaults.items():
         if key not in layout and applies:
             layout[key] = value
-            notes[key] = f"{value}: not stated; the {year or 'DeepSpeed'} stack had no alternative"
+            stack = "DeepSpeed" if deepspeed and key in ("recompute", "sequence_parallel", "vpp") else year
+            notes[key] = f"{value}: not stated; the {stack} stack had no alternative"
     return layout
 
 
@@ -253,8 +281,10 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
 
 def _precision(run: dict, year: int | None) -> dict:
     text = _text(run.get("precision"))
-    if "fp8" in text:
-        raise _Skip("FP8 training is not modelled yet")
+    if re.search(r"fp8|float8|e4m3|e5m2|fp4|mxfp|nvfp", text):
+        raise _Skip(f"precision {run.get('precision')!r}: FP8/FP4 training is not modelled yet")
+    if text and not re.search(r"bf16|bfloat16|fp16|float16|16-bit|half|amp|mixed", text):
+        raise _Skip(f"precision {run.get('precision')!r}: only 16-bit mixed precision is modelled")
     sixteen_bit_grads = "pure" in text or ("bf16" not in text and re.search(r"fp16|16-bit", text) is not None)
     out = {"grad_bytes": 2} if sixteen_bit_grads else {}
     if sixteen_bit_grads and _legacy(run, year)[1]:
@@ -265,7 +295,12 @@ def _precision(run: dict, year: int | None) -> dict:
 def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: dict) -> tuple[dict, dict]:
     """(measured, extra top-level fields: flops_convention, peak_tflops)."""
     accounting = _text(run.get("flops_accounting"))
-    recompute_counted = bool(re.search(r"96\s*\*|hfu-like|4\s*\*\s*2|hardware tflop", accounting))
+    recompute_counted = bool(re.search(r"96\s*\*|hfu-like|4\s*\*\s*2|hardware (t)?flop|includ\w* (the )?recomput"
+                                       r"|count\w* (the )?recomput", accounting)
+                             or (re.search(r"\bhfu\b", accounting) and not re.search(r"\bmfu\b", accounting)))
+    # "6N" alone (Kaplan/Chinchilla-style: no attention term) is its own convention.
+    six_n = bool(re.search(r"\b6\s*[*x·]?\s*n\b|\b6nd\b|6\s*[*x·]\s*params", accounting)
+                 and not re.search(r"12|attention|attn", accounting))
     extra: dict[str, Any] = {}
     derived = set(run.get("inferred") or {}) if isinstance(run.get("inferred"), dict) else set()
     for src, dst in _THROUGHPUT:
@@ -280,7 +315,8 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
                         if only else "no measured throughput (HFU alone needs full recompute to compare)")
         measured, recompute_counted = {"mfu": float(hfu)}, True
     if next(iter(measured)) in ("tflops_per_gpu", "mfu"):
-        extra["flops_convention"] = "model_plus_full_recompute" if recompute_counted else "model"
+        extra["flops_convention"] = ("model_plus_full_recompute" if recompute_counted else
+                                     "six_n" if six_n else "model")
         notes["flops_convention"] = f"{extra['flops_convention']} (from flops_accounting)"
         if not accounting and "neox" in _text(run.get("framework")) and (year or 9999) <= 2022:
             extra["flops_convention"] = "gpt_neox_2021"          # the logger GPT-NeoX had before 2023
@@ -297,7 +333,7 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
 def convert_run(run: dict) -> tuple[dict | None, str | None]:
     """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
     try:
-        if run.get("moe"):
+        if run.get("moe") and _text(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
             raise _Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):
             raise _Skip("GPU count not stated")
@@ -324,9 +360,9 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
         runtime = _runtime(run, year, layout.get("zero_stage"))
         precision = _precision(run, year)
         notes["runtime"] = f"from framework {run.get('framework')!r} and source year {year}"
-        converted = {"id": str(run.get("id")), "group": str(run.get("group") or "runs"),
+        converted = {"id": str(run.get("id") or "run"), "group": str(run.get("group") or "runs"),
                      "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
-                     "model": model, "hardware": hardware, "gpus": int(run["num_gpus"]), "layout": layout,
+                     "model": model, "hardware": hardware, "gpus": _int(run, "num_gpus"), "layout": layout,
                      "runtime": runtime, "precision": precision, "measured": measured, **extra, "assumptions": notes}
     except _Skip as why:
         return None, str(why)

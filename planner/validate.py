@@ -72,6 +72,8 @@ class RunPrecision(_Strict):
 
 
 class Measured(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
     iteration_time_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0)
     tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
@@ -99,7 +101,7 @@ class ValidationRun(_Strict):
     runtime: RunRuntime
     precision: RunPrecision = RunPrecision()
     measured: Measured
-    flops_convention: Literal["model", "model_plus_full_recompute", "gpt_neox_2021"] | None = None
+    flops_convention: Literal["model", "model_plus_full_recompute", "gpt_neox_2021", "six_n"] | None = None
     peak_tflops: float | None = Field(default=None, gt=0)
     other_reported: dict = {}
     assumptions: dict = {}
@@ -111,8 +113,8 @@ class ValidationRun(_Strict):
         if len(given) != 1:
             raise ValueError(f"measured must give exactly one of {', '.join(THROUGHPUT_KEYS)}, got {given or 'none'}")
         if given[0] in ("tflops_per_gpu", "mfu") and self.flops_convention is None:
-            raise ValueError(f"measured {given[0]} needs flops_convention (model, model_plus_full_recompute or "
-                             "gpt_neox_2021)")
+            raise ValueError(f"measured {given[0]} needs flops_convention (model, model_plus_full_recompute, "
+                             "gpt_neox_2021 or six_n)")
         if given[0] == "mfu" and self.peak_tflops is None:
             raise ValueError("measured mfu needs peak_tflops (the peak the source divides by)")
         return self
@@ -156,9 +158,16 @@ def load_runs_file(path: str | Path | None = None) -> RunsFile:
 
 def _from_shared(data: dict, name: str) -> RunsFile:
     runs, skipped = [], {}
+    if not data["runs"]:
+        raise PlannerError(f"runs file {name}", "`runs` is empty; expected at least one run")
     for i, raw in enumerate(data["runs"]):
+        if not isinstance(raw, dict):
+            skipped[f"runs.{i}"] = f"not a mapping of fields (got {type(raw).__name__})"
+            continue
         run_id = str(raw.get("id") or f"runs.{i}")
-        converted, why = convert_run(raw)
+        if run_id in skipped or any(r.id == run_id for r in runs):
+            run_id = f"{run_id} (runs.{i})"                   # duplicate ids: keep both
+        converted, why = convert_run({**raw, "id": run_id})
         if converted is None:
             skipped[run_id] = why
             continue
@@ -239,6 +248,8 @@ def _convention_flops(run: ValidationRun, spec) -> float:
     s, b = spec.seq_len, run.model.global_batch
     if run.flops_convention == "model_plus_full_recompute":
         return float(b * s * flops.hardware_flops_per_token(spec, s, 2))
+    if run.flops_convention == "six_n":                       # 6 x parameters per token, no attention term
+        return float(b * s * 6.0 * total_params(spec))
     if run.flops_convention == "gpt_neox_2021":
         return float(b * s * (6.0 * total_params(spec) + 60.0 * s * spec.hidden * spec.layers))
     return float(flops.model_flops_per_step(spec, s, b))

@@ -62,6 +62,13 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
                 assert getattr(run.layout, knob) == getattr(ref.layout, knob), (run.id, knob)
         for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce"):
             assert getattr(run.runtime, flag) == getattr(ref.runtime, flag), (run.id, flag)
+        for knob in ("pp", "vpp", "zero_stage"):                   # where both pin it
+            mine, theirs = getattr(run.layout, knob), getattr(ref.layout, knob)
+            assert mine is None or theirs is None or mine == theirs, (run.id, knob)
+        if next(iter(run.measured.throughput)) == next(iter(ref.measured.throughput)):
+            assert (run.flops_convention, run.peak_tflops) == (ref.flops_convention, ref.peak_tflops), run.id
+        assert run.measured.memory_gib == ref.measured.memory_gib, run.id
+        assert run.precision.param_bytes == ref.precision.param_bytes, run.id
 
 
 def test_the_shared_file_meets_the_median_target(shared):
@@ -90,7 +97,11 @@ def test_gpu_names_pick_the_profile(gpu, profile):
     (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
     (dict(iteration_time_s=None, tokens_per_s_per_gpu=900.0, inferred={"tokens_per_s_per_gpu": "from GPU-hours"}),
      "only derived"),
-    (dict(layers="many"), "malformed"),
+    (dict(layers="many"), "malformed"), (dict(tp=2.5), "whole number"), (dict(layers=True), "whole number"),
+    (dict(gpu="H200 NVL"), "PCIe"), (dict(zero_stage="HSDP"), "hybrid"), (dict(zero_stage="FSDP (dp_replicate=16)"),
+                                                                            "hybrid"),
+    (dict(precision="float8 (torchao)"), "FP8"), (dict(precision="TF32"), "16-bit"),
+    (dict(model="Acme 8B", ffn_hidden=None), "ffn_hidden"),
 ])
 def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     converted, why = convert_run(_run(**fields))
@@ -100,7 +111,9 @@ def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
 @pytest.mark.parametrize("text, code", [
     ("full (DeepSpeed activation checkpointing)", "full"), ("none", "none"), ("selective", "selective"),
     ("selective (attention core: QK^T, softmax, dropout, attn-over-V)", "selective"), (True, "full"),
-    (False, "none"),
+    (False, "none"), ("activation checkpointing: full", "full"), ("selective (Megatron)", "selective"),
+    ("recompute_granularity=selective", "selective"), ("AC: none", "none"), ("none (no AC)", "none"),
+    ("full (checkpoint-activations, 1 layer)", "full"), ("activation checkpointing", "full"),
 ])
 def test_recompute_words(text, code):
     assert convert_run(_run(recompute=text))[0]["layout"]["recompute"] == code
@@ -108,7 +121,9 @@ def test_recompute_words(text, code):
 
 @pytest.mark.parametrize("text, stage", [("FSDP FULL_SHARD", 3), ("FSDP2", 3), ("3", 3), (1, 1),
                                          ("ZeRO-1 (BF16_Optimizer's own stage-1 sharding)", 1),
-                                         ("distributed optimizer", 1), ("none", 0)])
+                                         ("distributed optimizer", 1), ("--use-distributed-optimizer", 1),
+                                         ("none", 0), ("FSDP NO_SHARD", 0), ("DDP", 0),
+                                         ("FSDP (parameters not resharded after forward)", 2)])
 def test_zero_stage_words(text, stage):
     assert convert_run(_run(zero_stage=text))[0]["layout"]["zero_stage"] == stage
 
@@ -140,13 +155,43 @@ def test_megatron_pads_the_vocabulary_and_splits_the_model_parallel_size():
     assert converted["model"]["vocab"] == 51200                          # a multiple of 128 x TP 8
 
 
-def test_flops_accounting_picks_the_convention():
-    hfu = dict(iteration_time_s=None, measured_tflops_per_gpu=140.0)
-    narayanan = convert_run(_run(**hfu, flops_accounting="Paper eq.(3): F = 96*B*s*l*h^2*(1 + ...)"))[0]
-    assert narayanan["flops_convention"] == "model_plus_full_recompute"
-    assert convert_run(_run(**hfu, flops_accounting="MFU per PaLM"))[0]["flops_convention"] == "model"
+@pytest.mark.parametrize("accounting, convention", [
+    ("Paper eq.(3): F = 96*B*s*l*h^2*(1 + ...)", "model_plus_full_recompute"),
+    ("HFU includes recompute (hardware FLOPs)", "model_plus_full_recompute"),
+    ("MFU per PaLM", "model"), ("MFU: model FLOPs eq.(7) (excludes recompute); HFU: eq.(8)", "model"),
+    ("MFU (6ND)", "six_n"), ("torchtitan: 6N + 12*L*h*s per token", "model"),
+])
+def test_flops_accounting_picks_the_convention(accounting, convention):
+    tflops = dict(iteration_time_s=None, measured_tflops_per_gpu=140.0)
+    assert convert_run(_run(**tflops, flops_accounting=accounting))[0]["flops_convention"] == convention
+
+
+def test_stated_year_not_arxiv_ids_and_the_latest_year():
+    """arXiv 2010.12345 is not the year 2010; a source that cites older work dates from its latest year."""
+    new = convert_run(_run(source="Some Lab 2024 (arXiv:2010.12345), building on Narayanan et al. 2021"))[0]
+    assert new["runtime"]["flash_attention"] is True
+
+
+def test_odd_files_are_one_line_or_skipped(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("runs: []\n")
+    assert_mentions(bad_line(capsys, "validate", empty), "runs")
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump({"runs": ["not a run", _run(id="a"), _run(id="a"),
+                                               _run(id="inf", iteration_time_s=float("inf"))]}))
+    code, out, err = run_cli(capsys, "validate", mixed, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["id"] for r in doc["runs"]] == ["a", "a (runs.2)"]
+    reasons = {s["id"]: s["reason"] for s in doc["skipped"]}
+    assert "not a mapping" in reasons["runs.0"] and "finite" in reasons["inf"]
+
+
+def test_mfu_divides_by_the_stated_peak_or_the_profiles():
     mfu = convert_run(_run(iteration_time_s=None, measured_mfu=0.4, gpu="H100"))[0]
     assert mfu["peak_tflops"] == pytest.approx(989, rel=0.01)            # the profile's dense BF16 peak
+    stated = convert_run(_run(iteration_time_s=None, measured_mfu=0.4, gpu="H100", peak_tflops_assumed=1000))[0]
+    assert stated["peak_tflops"] == 1000
 
 
 def test_is_shared_format():
