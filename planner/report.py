@@ -110,8 +110,15 @@ def layouts_table(df, title: str) -> Table:
     return t
 
 
+MAX_TABLE_ROWS = 500      # a terminal table longer than this is unreadable (and slow to lay out); CSV/JSON take all
+
+
 def print_search(result: SearchResult, top: int, out: Console, err: Console) -> None:
     m, hw, job = result.model, result.hardware, result.job
+    shown = len(result.table) if len(result.table) else len(result.closest)
+    if top > MAX_TABLE_ROWS and shown > MAX_TABLE_ROWS:
+        err.print(f"Showing the first {MAX_TABLE_ROWS:,} of {shown:,} layouts; --format csv or json lists them all.")
+    top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
             f"global batch {job.global_batch} sequences ({job.tokens_per_step / 2**20:.2f}Mi tokens); "

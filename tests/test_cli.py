@@ -114,3 +114,15 @@ def test_cp_flag_pins_context_parallelism(capsys):
     assert pinned.exit_code == 0 and "CP4" in pinned.output and "CP (4): K/V exchange inside one node" in pinned.output
     from cli_contract import assert_mentions, bad
     assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--cp", "32", "--seq-len", "48"), "--cp", "2 x CP")
+
+
+def test_a_huge_top_is_capped_for_the_terminal_table(capsys):
+    """--top 10^20 on a table would lay out tens of thousands of rows (minutes); the table stops at 500 and says
+    where the rest are."""
+    from cli_contract import run as run_cli
+
+    from planner.report import MAX_TABLE_ROWS
+
+    code, out, err = run_cli(capsys, "--model", "gpt3-175b", "--gpus", "32", "--top", str(10**20))
+    assert code == 1 and f"Showing the first {MAX_TABLE_ROWS}" in err
+    assert out.count("OOM") == MAX_TABLE_ROWS
