@@ -220,7 +220,8 @@ def _validation_layout(p) -> str:
 def validation_record(p) -> dict:
     rec = {"id": p.run.id, "group": p.run.group, "hardware": p.run.hardware, "gpus": p.run.gpus,
            "metric": p.metric, "measured": p.measured_value, "used_for_fit": p.used_for_fit,
-           "searched_knobs": list(p.searched), "error": p.error}
+           "searched_knobs": list(p.searched), "error": p.error,
+           "assumptions": {str(k): str(v) for k, v in p.run.assumptions.items()}}
     if p.error is None:
         rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
                    measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,

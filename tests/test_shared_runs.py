@@ -214,6 +214,7 @@ def test_validate_cli_reads_the_shared_format(capsys):
     doc = json.loads(out)
     assert len(doc["runs"]) == 73 and len(doc["skipped"]) == 19
     assert {"id", "reason"} == set(doc["skipped"][0])
+    assert all("hardware" in r["assumptions"] and "runtime" in r["assumptions"] for r in doc["runs"])   # said which
     code, out, err = run_cli(capsys, "validate", SHARED)
     assert code == 0 and "Not predicted: 19 runs" in out
 
