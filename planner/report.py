@@ -117,7 +117,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     m, hw, job = result.model, result.hardware, result.job
     shown = len(result.table) if len(result.table) else len(result.closest)
     if top > MAX_TABLE_ROWS and shown > MAX_TABLE_ROWS:
-        err.print(f"Showing the first {MAX_TABLE_ROWS:,} of {shown:,} layouts; --format csv or json lists them all.")
+        err.print(f"Showing the first {MAX_TABLE_ROWS:,} of {shown:,} layouts; --format csv or json gives all --top "
+                  "rows.")
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
