@@ -78,6 +78,8 @@ def plan(
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="FlashAttention kernels (no s x s scores in memory)."),
+    cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
+                                "attention) or allgather (Llama 3, torchtitan: exposed)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
                                          "days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -123,7 +125,10 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap)
+    if cp_comm not in ("ring", "allgather"):
+        raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
+    runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
+                      cp_comm_overlap=cp_comm == "ring")
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,

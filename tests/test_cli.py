@@ -126,3 +126,13 @@ def test_a_huge_top_is_capped_for_the_terminal_table(capsys):
     code, out, err = run_cli(capsys, "--model", "gpt3-175b", "--gpus", "32", "--top", str(10**20))
     assert code == 1 and f"Showing the first {MAX_TABLE_ROWS}" in err
     assert out.count("OOM") == MAX_TABLE_ROWS
+
+
+def test_cp_comm_choice(capsys):
+    """--cp-comm allgather puts CP's K/V exchange on the critical path (Llama 3, torchtitan); ring hides it here."""
+    args = ["--model", "8b", "--gpus", "16", "--tp", "2", "--cp", "4", "--pp", "1", "--dp", "2", "--format", "json"]
+    ring = json.loads(runner.invoke(app, args).stdout)
+    gather = json.loads(runner.invoke(app, args + ["--cp-comm", "allgather"]).stdout)
+    assert ring["time_breakdown_s"]["cp_comm"] == 0 < gather["time_breakdown_s"]["cp_comm"]
+    from cli_contract import assert_mentions, bad
+    assert_mentions(bad(capsys, *args, "--cp-comm", "p2p"), "--cp-comm", "ring or allgather")
