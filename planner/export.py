@@ -88,8 +88,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
              f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
     if cp > 1:
-        notes.append("# torchtitan's CP rotates K/V with all-gather by default (context_parallel_rotate_method); the "
-                     "plan assumed Megatron's ring overlapped with attention")
+        notes.append("# torchtitan's CP rotates K/V with all-gather by default (context_parallel_rotate_method); "
+                     "plan with --cp-comm allgather to price that instead of Megatron's overlapped ring")
     if reshard:
         lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
     if pp > 1:
