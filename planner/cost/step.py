@@ -46,9 +46,17 @@ def _exposed(comm_s, window_s, slowdown):
     return comm_s - hidden * (1.0 - slowdown)
 
 
-def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
+def attention_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
+    """(forward, backward) time of one layer's attention core per micro-batch on one rank (with CP, its 1/cp)."""
+    s, b, t, cp = job.seq_len, c["micro_batch"], c["tp"], np.asarray(c.get("cp", 1))
+    return (compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp),
+            compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp))
+
+
+def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2, attention=None):
     """Per layer per micro-batch: (forward, backward incl. recompute) kernel time and (forward, backward) exposed TP
-    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute (and cp, default 1).
+    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute (and cp, default 1);
+    `attention` is `attention_times(...)` when the caller has it already.
 
     Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
     attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
@@ -56,14 +64,13 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     cp = np.asarray(c.get("cp", 1))
     s_rank = s / cp
     gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
-    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
+    attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
     elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e), hw)
     ring_steps = cp if rt.cp_comm_overlap else 1        # the all-gather variant runs one attention kernel
     launch = compute.layer_kernel_count(m, rt.flash_attention, ring_steps) * hw.kernel_overhead_s
     fwd = gemm + attn + elem + launch
     # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
-    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp)
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
 
@@ -88,7 +95,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
-def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
+def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2, attention=None):
     """Exposed context-parallel communication per layer per micro-batch, (forward, backward incl. recompute), s.
 
     Megatron-Core CP (docs, context_parallel.rst): attention needs the K and V of the whole sequence, so the forward
@@ -106,8 +113,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     hide = rt.cp_comm_overlap
     exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw) if hide
                 else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
-    attn = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp)
-    attn_bwd = compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp)
+    attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
     cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(rc >= 1, cp_fwd, 0.0)
@@ -141,8 +147,9 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     mem, stage = memory_columns(m, hw, job, c, precision, runtime)
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
-    fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e)
-    cp_fwd, cp_bwd = cp_layer_times(m, hw, job, c, runtime, e)
+    attention = attention_times(m, hw, job, c, runtime, e)        # shared by the kernels and the CP overlap window
+    fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e, attention)
+    cp_fwd, cp_bwd = cp_layer_times(m, hw, job, c, runtime, e, attention)
     # The last stage adds the logits to its layers; a middle stage never has fewer layers than an edge one.
     first_last, middle, _ = layers_per_stage(m.layers, p)
     layers_max = stage_layers(m.layers, p)[1]
