@@ -23,7 +23,8 @@ Rules (each one is why, briefly):
 - the source's year is the latest year its group and source text name (arXiv ids are not years), else its
   framework's era.
 - runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
-  torchtitan after mid-2022); Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce
+  torchtitan after mid-2022), its first generation in 2023 (FlashAttention-2 appeared in July 2023) unless the
+  framework names the second, and for any Triton kernel; Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce
   and parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
   2023 on; TP-comm overlap where named and in NeMo (its performance recipes turn it on); DeepSpeed ZeRO-3 gathers
   per weight matrix over flat rings.
@@ -274,6 +275,13 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw))}
+    # FlashAttention-2 appeared in July 2023 and reached the stacks' releases from late 2023: a 2023 run used the
+    # first generation (FlashAttention-1 or its Triton port) unless the source names the second; a Triton kernel
+    # is the first generation whatever the year.
+    if rt["flash_attention"]:
+        named_v2 = re.search(r"flash.?(attn|attention).?(v|-)?2\b|\bfa2\b", fw)
+        first = (year is not None and year < 2024 and not named_v2) or "triton" in fw
+        rt["flash_attention_gen"] = 1 if first else 2
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
     return rt
@@ -360,6 +368,9 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
         runtime = _runtime(run, year, layout.get("zero_stage"))
         precision = _precision(run, year)
         notes["runtime"] = f"from framework {run.get('framework')!r} and source year {year}"
+        if runtime.get("flash_attention_gen") == 1:
+            notes["runtime"] += ("; first-generation FlashAttention (FlashAttention-2 is assumed from 2024 or when"
+                                 " the framework names it)")
         converted = {"id": str(run.get("id") or "run"), "group": str(run.get("group") or "runs"),
                      "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
                      "model": model, "hardware": hardware, "gpus": _int(run, "num_gpus"), "layout": layout,

@@ -61,6 +61,7 @@ class RunRuntime(_Strict):
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
     cp_comm_overlap: bool | None = None
+    flash_attention_gen: Literal[1, 2] | None = None
 
 
 class RunPrecision(_Strict):

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.shared_runs import convert_run, is_shared_format
+from planner.specs.strategy import Runtime
 from planner.validate import BUNDLED_RUNS, load_runs_file, measured_step_time_s, predict, summarize
 
 SHARED = Path(__file__).parent / "data" / "shared_published_runs.yaml"
@@ -62,6 +63,8 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
                 assert getattr(run.layout, knob) == getattr(ref.layout, knob), (run.id, knob)
         for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce"):
             assert getattr(run.runtime, flag) == getattr(ref.runtime, flag), (run.id, flag)
+        gen = Runtime().flash_attention_gen                             # absent: the default generation
+        assert (run.runtime.flash_attention_gen or gen) == (ref.runtime.flash_attention_gen or gen), run.id
         for knob in ("pp", "vpp", "zero_stage"):                   # where both pin it
             mine, theirs = getattr(run.layout, knob), getattr(ref.layout, knob)
             assert mine is None or theirs is None or mine == theirs, (run.id, knob)
@@ -69,6 +72,7 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
             assert (run.flops_convention, run.peak_tflops) == (ref.flops_convention, ref.peak_tflops), run.id
         assert run.measured.memory_gib == ref.measured.memory_gib, run.id
         assert run.precision.param_bytes == ref.precision.param_bytes, run.id
+        assert run.precision.grad_bytes == ref.precision.grad_bytes, run.id
 
 
 def test_the_shared_file_meets_the_median_target(shared):
@@ -147,6 +151,18 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
     new = convert_run(_run(source="2024 benchmark", recompute=None))[0]
     assert "recompute" not in new["layout"] and "zero_stage" not in new["layout"]   # searched
     assert new["runtime"]["flash_attention"] is True and new["model"]["dropout"] is False
+
+
+@pytest.mark.parametrize("source, framework, gen", [
+    ("2023 benchmark", "Composer / llm-foundry", 1),                 # FlashAttention-2 had not reached the stacks
+    ("2023 benchmark", "Megatron-LM with FlashAttention-2", 2),      # unless the source names it
+    ("2024 benchmark", "Megatron-Core", 2),
+    ("2024 benchmark", "llm-foundry, Triton FlashAttention", 1),     # the Triton port is first-generation
+    ("Narayanan et al. 2021", "Megatron-LM", None),                  # no fused attention at all
+])
+def test_flash_attention_generation_follows_the_year_and_the_framework(source, framework, gen):
+    runtime = convert_run(_run(source=source, framework=framework))[0]["runtime"]
+    assert runtime.get("flash_attention_gen") == gen and runtime["flash_attention"] is (gen is not None)
 
 
 def test_megatron_pads_the_vocabulary_and_splits_the_model_parallel_size():

@@ -47,8 +47,14 @@ def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, 
             + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
 
 
+# First-generation FlashAttention kernels run at half the rate of FlashAttention-2-class ones, the kernels the
+# hardware's attention efficiency describes: "FlashAttention-2 is 1.7-3.0x faster than FlashAttention, 1.3-2.5x
+# faster than FlashAttention in Triton" (Dao 2023, arXiv:2307.08691 §4.1; "around 2x" on A100).
+FLASH_V1_RELATIVE_RATE = 0.5
+
+
 def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attention, hw: HardwareSpec,
-                          elem_bytes=2, backward=False, cp=1):
+                          elem_bytes=2, backward=False, cp=1, flash_gen=2):
     """Time of softmax(QKᵀ)V for the heads on this GPU, forward (or backward). `seq_len` is the whole sequence.
 
     FlashAttention (Dao et al. 2022) computes only the unmasked causal half, in one kernel whose HBM traffic is
@@ -62,7 +68,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
 
     Context parallelism (cp ranks): each rank holds s/cp queries and sees every key and value once (Megatron-Core
     splits the sequence into 2·cp chunks so the causal work is the same on every rank): 1/cp of the FLOPs, its own
-    Q and O, all of K and V.
+    Q and O, all of K and V. `flash_gen` 1 (FlashAttention-1 or its Triton port) runs at FLASH_V1_RELATIVE_RATE of
+    the FlashAttention-2-class efficiency.
     """
     s, b, t, c = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp), np.asarray(cp)
     fa = np.asarray(flash_attention, dtype=bool)
@@ -73,7 +80,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     scores = b * m.heads / t * s * s / c
     drop = 1.0 if m.dropout else 0.0
     per_score = (7 if backward else 4) * elem_bytes + drop * (2 * elem_bytes + 1)
-    math_s = flops / (np.where(fa, hw.attention_efficiency, hw.gemm_efficiency) * hw.peak_flops)
+    fused_eff = hw.attention_efficiency * np.where(np.asarray(flash_gen) == 1, FLASH_V1_RELATIVE_RATE, 1.0)
+    math_s = flops / (np.where(fa, fused_eff, hw.gemm_efficiency) * hw.peak_flops)
     mem_s = (qkvo + np.where(fa, 0.0, scores * per_score)) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
     return np.maximum(math_s, mem_s)
 

@@ -49,8 +49,9 @@ def _exposed(comm_s, window_s, slowdown):
 def attention_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
     """(forward, backward) time of one layer's attention core per micro-batch on one rank (with CP, its 1/cp)."""
     s, b, t, cp = job.seq_len, c["micro_batch"], c["tp"], np.asarray(c.get("cp", 1))
-    return (compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp),
-            compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp))
+    gen = rt.flash_attention_gen
+    return (compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp, flash_gen=gen),
+            compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp, flash_gen=gen))
 
 
 def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2, attention=None):

@@ -90,6 +90,8 @@ class Runtime:
     """
 
     flash_attention: bool = True        # attention scores never materialised (Dao et al. 2022)
+    flash_attention_gen: int = 2        # 2: FlashAttention-2-class kernels (mid-2023 on: FA2, cuDNN/TE fused
+                                        # attention); 1: FlashAttention-1 or its Triton port (2022-23)
     tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
     tp_bwd_overlap: bool = True         # backward TP collectives overlap the weight-gradient (and, with SP, the
                                         # data-gradient) GEMMs: Megatron's async TP all-reduce (since late 2021)
@@ -104,6 +106,10 @@ class Runtime:
     dp_bucket_bytes: float = 160e6      # gradient buckets: Megatron DDP 40M fp32 elements (PyTorch DDP: 25 MB)
     zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
+
+    def __post_init__(self):
+        if self.flash_attention_gen not in (1, 2):
+            raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,20 @@ def test_flash_attention_core_counts_the_causal_half():
     assert float(attention_core_time_s(m, s, b, t, True, HW)) == pytest.approx(flops / C, rel=1e-12)
 
 
+def test_first_generation_flash_attention_runs_at_half_rate():
+    # Dao 2023 §4.1: FlashAttention-2 ~2x FlashAttention-1 (1.7-3.0x) and its Triton port (1.3-2.5x).
+    m = load_model("llama-3.1-405b")
+    s, b, t = 8192, 1, 8
+    flops = 4 * b * s * s * 16384 / t * 0.5
+    for backward, work in [(False, 1.0), (True, 2.5)]:
+        v1 = float(attention_core_time_s(m, s, b, t, True, HW, backward=backward, flash_gen=1))
+        assert v1 == pytest.approx(work * flops / (0.5 * C), rel=1e-12)
+        assert v1 == pytest.approx(2 * float(attention_core_time_s(m, s, b, t, True, HW, backward=backward)))
+    # unfused attention has no generation
+    assert float(attention_core_time_s(m, s, b, t, False, HW, flash_gen=1)) == float(
+        attention_core_time_s(m, s, b, t, False, HW))
+
+
 def test_elementwise_bytes_hand_count_gpt_22b():
     # Per token (module docstring): 2 norms read+write h (2·2·2h), 2 residual+dropout adds read 2, write 1 plus a
     # 1-byte mask (2·(3·2 + 1)h): 22h replicated; GeLU reads and writes F (2·2F), no rotary (learned positions).
