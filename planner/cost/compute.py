@@ -106,14 +106,22 @@ def elementwise_time_s(nbytes, hw: HardwareSpec):
     return np.asarray(nbytes) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
 
 
+# HBM bytes per logit element of the fp32 cross-entropy, kernel by kernel as in Megatron-Core's fused vocab-parallel
+# cross-entropy (megatron/core/fusions/fused_cross_entropy.py): upcast with the row max (read 2, write 4), subtract
+# and exp in place (read 4, write 4), row sum (read 4), normalise to the softmax kept for backward (read 4, write 4);
+# backward, scale in place by the incoming gradient (read 4, write 4) and cast back to 16 bits (read 4, write 2).
+# PyTorch's F.cross_entropy under autocast moves about as much (36); Megatron's unfused path 52.
+LOSS_BYTES_PER_LOGIT = 40.0
+
+
 def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward + backward of the output layer and the vocab-parallel cross-entropy on fp32 logits (last stage).
 
-    GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss reads and writes the fp32 logits about four times.
+    GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss moves LOSS_BYTES_PER_LOGIT bytes per logit.
     """
     n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
     gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
-    return gemm + elementwise_time_s(4 * 4.0 * n * m.vocab / t, hw)
+    return gemm + elementwise_time_s(LOSS_BYTES_PER_LOGIT * n * m.vocab / t, hw)
 
 
 def layer_kernel_count(m: ModelSpec, flash_attention, cp=1):

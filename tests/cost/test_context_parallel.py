@@ -4,6 +4,8 @@ h100-sxm numbers (see tests/cost/test_comm.py): NVLink 450 GB/s x 0.82, NIC 50 G
 step latency 1.9 µs (NVLink) / 4.0 µs (network), FlashAttention at 0.35 of the 989 TFLOP/s dense peak.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -36,11 +38,11 @@ def test_attention_on_a_cp_rank_is_its_share_of_the_work():
     assert float(tiny) == pytest.approx(131_072 / (HW.hbm_efficiency * HW.hbm_bw_bytes_per_s), rel=1e-12)
 
 
-def _cp_times(cp, tp=1, recompute=0, overlap=True, seq_len=8192):
+def _cp_times(cp, tp=1, recompute=0, overlap=True, seq_len=8192, hw=HW):
     job = Job(gpus=cp * tp, seq_len=seq_len, global_batch=1)
     cols = {"tp": np.array([tp]), "cp": np.array([cp]), "micro_batch": np.array([1]), "sp": np.array([False]),
             "recompute": np.array([recompute])}
-    fwd, bwd = cp_layer_times(M8B, HW, job, cols, Runtime(cp_comm_overlap=overlap))
+    fwd, bwd = cp_layer_times(M8B, hw, job, cols, Runtime(cp_comm_overlap=overlap))
     return float(fwd[0]), float(bwd[0])
 
 
@@ -60,8 +62,14 @@ def test_cp_kv_all_gather_by_hand():
 
 def test_cp_ring_hides_behind_attention_and_nothing_without_cp():
     """Megatron-Core's ring overlaps the exchange with attention: at 8K tokens the ~60 µs ring hides behind a
-    ~0.8 ms attention kernel (no overlap slowdown on H100); CP 1 has nothing to exchange."""
-    assert _cp_times(2) == (0.0, 0.0)
+    ~0.8 ms attention kernel, leaving only the overlap slowdown's share of it (the profile's NVLink slowdown);
+    CP 1 has nothing to exchange."""
+    def slowed(u):
+        return _cp_times(2, hw=dataclasses.replace(HW, overlap_slowdown_intra=u))
+
+    assert slowed(0.0) == (0.0, 0.0)
+    assert slowed(0.2)[0] > 0 and slowed(0.1)[0] == pytest.approx(slowed(0.2)[0] / 2, rel=1e-12)
+    assert _cp_times(2) == slowed(HW.overlap_slowdown_intra)
     assert _cp_times(1, overlap=False) == (0.0, 0.0)
     # At 512 tokens attention is short (a few µs) and the 14 µs latency alone stays exposed.
     assert _cp_times(2, seq_len=512)[0] > 0
