@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from planner.cost.compute import (attention_core_time_s, gemm_time_s, kernel_time_s, layer_elementwise_bytes,
-                                  layer_gemm_time_s)
+                                  layer_gemm_time_s, logits_time_s)
 from planner.specs.hardware import load_hardware
 from planner.specs.model import load_model
 
@@ -94,6 +94,17 @@ def test_first_generation_flash_attention_runs_at_half_rate():
     # unfused attention has no generation
     assert float(attention_core_time_s(m, s, b, t, False, HW, flash_gen=1)) == float(
         attention_core_time_s(m, s, b, t, False, HW))
+
+
+def test_output_layer_and_loss_by_hand():
+    # Llama 3 8B head: [n x 4096] @ [4096 x 128256/t], forward + 2x backward at the GEMM rate (no small-K penalty
+    # here), and the fp32 cross-entropy's kernels move 6 + 8 + 4 + 8 (forward) + 8 + 6 (backward) = 40 bytes per
+    # logit (Megatron-Core fused_cross_entropy.py, kernel by kernel).
+    m = load_model("llama-3.1-8b")
+    n, t = 4096, 2
+    gemm = 3 * 2 * n * 4096 * (128256 / t) / C
+    loss = 40 * n * 128256 / t / BW
+    assert float(logits_time_s(m, n, 1, t, HW)) == pytest.approx(gemm + loss, rel=1e-9)
 
 
 def test_elementwise_bytes_hand_count_gpt_22b():
