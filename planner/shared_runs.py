@@ -24,8 +24,9 @@ Rules (each one is why, briefly):
   framework's era.
 - runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
   torchtitan after mid-2022), its first generation in 2023 (FlashAttention-2 appeared in July 2023) unless the
-  framework names the second, and for any Triton kernel; Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce
-  and parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
+  framework names a generation (FlashAttention-2, Transformer Engine / cuDNN fused attention, or FlashAttention-1
+  and its Triton port); Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce and
+  parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
   2023 on; TP-comm overlap where named and in NeMo (its performance recipes turn it on); DeepSpeed ZeRO-3 gathers
   per weight matrix over flat rings.
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
@@ -275,16 +276,31 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw))}
-    # FlashAttention-2 appeared in July 2023 and reached the stacks' releases from late 2023: a 2023 run used the
-    # first generation (FlashAttention-1 or its Triton port) unless the source names the second; a Triton kernel
-    # is the first generation whatever the year.
     if rt["flash_attention"]:
-        named_v2 = re.search(r"flash.?(attn|attention).?(v|-)?2\b|\bfa2\b", fw)
-        first = (year is not None and year < 2024 and not named_v2) or "triton" in fw
-        rt["flash_attention_gen"] = 1 if first else 2
+        rt["flash_attention_gen"] = _flash_generation(fw, year)
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
     return rt
+
+
+# FlashAttention generations named in a framework text: "FlashAttention-2", "flash-attn==2.3.3", "FA-2", "FA3", or
+# Transformer Engine / cuDNN fused attention (FlashAttention-2 class); "FlashAttention-1", "flash-attn 1.0.4", or
+# FlashAttention's Triton port (first generation).
+_FLASH_V2 = re.compile(r"flash.?(attn|attention)[ _-]*(v|==|>=|~=)?\s*[23]\b|\bfa[ -]?v?[23]\b|"
+                       r"transformer.?engine|\bte\b|cudnn")
+_FLASH_V1 = re.compile(r"flash.?(attn|attention)[ _-]*\(?(v|==|>=|~=)?\s*1\b|\bfa[ -]?v?1\b|"
+                       r"triton\W*(flash|attn|attention)|(flash|attn|attention)\w*\W*\(?triton")
+
+
+def _flash_generation(fw: str, year: int | None) -> int:
+    """FlashAttention-2 appeared in July 2023 and reached the stacks' releases from late 2023: a 2023 run used the
+    first generation (FlashAttention-1 or its Triton port) unless the framework names the second; a named
+    generation wins over the year (a Triton FlashAttention is the first unless FlashAttention-2 is named)."""
+    if _FLASH_V2.search(fw):
+        return 2
+    if _FLASH_V1.search(fw):
+        return 1
+    return 1 if year is not None and year < 2024 else 2
 
 
 def _precision(run: dict, year: int | None) -> dict:
@@ -369,8 +385,8 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
         precision = _precision(run, year)
         notes["runtime"] = f"from framework {run.get('framework')!r} and source year {year}"
         if runtime.get("flash_attention_gen") == 1:
-            notes["runtime"] += ("; first-generation FlashAttention (FlashAttention-2 is assumed from 2024 or when"
-                                 " the framework names it)")
+            notes["runtime"] += ("; first-generation FlashAttention (named, or a 2023 source that names no"
+                                 " generation: FlashAttention-2 reached the stacks from late 2023)")
         converted = {"id": str(run.get("id") or "run"), "group": str(run.get("group") or "runs"),
                      "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
                      "model": model, "hardware": hardware, "gpus": _int(run, "num_gpus"), "layout": layout,

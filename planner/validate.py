@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, model_validator
 
 from planner.cost import flops
 from planner.cost.params import total_params
@@ -61,7 +61,7 @@ class RunRuntime(_Strict):
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
     cp_comm_overlap: bool | None = None
-    flash_attention_gen: Literal[1, 2] | None = None
+    flash_attention_gen: StrictInt | None = Field(default=None, ge=1, le=2)   # 1 or 2, not true or 1.0
 
 
 class RunPrecision(_Strict):

@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from planner.cost.params import total_params
+from planner.errors import PlannerError
+from planner.specs.model import ModelFile
 from planner.specs.strategy import Runtime
 from planner.validate import load_runs_file, predict
 
 DATA = Path(__file__).parent / "data"
 FLAT = DATA / "llm_foundry_flat.yaml"
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-import llm_foundry_runs  # noqa: E402
+import llm_foundry_runs
 
 
 @pytest.fixture(scope="module")
@@ -31,26 +34,40 @@ def predictions(runs_file):
 
 def test_the_flat_file_is_the_scripts_output_of_the_verbatim_tables():
     built = llm_foundry_runs.build((DATA / "llm_foundry_benchmarks.md").read_text())
-    stored = yaml.safe_load(FLAT.read_text())
-    assert [r["tokens_per_s"] for r in stored["runs"]] == [r["tokens_per_s"] for r in built["runs"]]
-    assert len(stored["runs"]) == 201          # 52 H100 BF16 + 10 H100 FP8 + 61 A100 80GB + 78 A100 40GB rows
+    assert yaml.safe_load(FLAT.read_text()) == built
+    assert len(built["runs"]) == 201          # 52 H100 BF16 + 10 H100 FP8 + 61 A100 80GB + 78 A100 40GB rows
+
+
+def _rows():
+    return llm_foundry_runs.parse_tables((DATA / "llm_foundry_benchmarks.md").read_text())
 
 
 def test_the_tables_rows_are_whole():
-    rows = llm_foundry_runs.parse_tables((DATA / "llm_foundry_benchmarks.md").read_text())
-    for row in rows:                            # tokens/s = sequences/s x length, to the table's rounding
+    for row in _rows():                         # tokens/s = sequences/s x length, to the table's rounding
         per_gpu = int(row["Throughput (T/s)"]) / int(row["# GPUs"])
         assert abs(per_gpu - int(row["Throughput (T/s/GPU)"])) <= 1, row
+
+
+def test_parameter_count_matches_every_rows_numparams():
+    """The planner's parameter count of each benchmark configuration (biases, LayerNorm biases and learned
+    positions, as the numbers show) equals the table's NumParams exactly, for all nine sizes and every length."""
+    for row in _rows():
+        layers, hidden, heads = llm_foundry_runs.ARCH[row["Model"]]
+        spec = ModelFile(name="mpt", layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=heads,
+                         vocab=llm_foundry_runs.VOCAB, seq_len=int(row["SeqLen (T)"]), gated_mlp=False,
+                         tied_embeddings=True, norm="layernorm", bias=True, learned_positions=True).to_spec()
+        assert total_params(spec) == int(row["NumParams"]), row
 
 
 def test_every_bf16_row_converts_and_fp8_rows_say_why(runs_file):
     assert len(runs_file.runs) == 191
     assert len(runs_file.skipped) == 10 and all("FP8" in why for why in runs_file.skipped.values())
-    precision = {r["id"]: r["precision"] for r in yaml.safe_load(FLAT.read_text())["runs"]}
+    mode = {run["id"]: row["MP Mode"] for row, run in zip(_rows(), llm_foundry_runs.build(
+        (DATA / "llm_foundry_benchmarks.md").read_text())["runs"])}
     for run in runs_file.runs:
         assert run.runtime.flash_attention and run.runtime.flash_attention_gen == 1, run.id
-        # FSDP mixed precision PURE reduces gradients in bf16, DEFAULT (the amp_bf16 rows) in fp32
-        assert run.precision.grad_bytes == (2 if "PURE" in precision[run.id] else 4), run.id
+        # the table's MP Mode column: PURE reduces gradients in bf16, DEFAULT in fp32
+        assert run.precision.grad_bytes == {"PURE": 2, "DEFAULT": 4}[mode[run.id]], run.id
 
 
 def test_held_out_error_level(predictions):
@@ -72,22 +89,25 @@ def _series(predictions):
 
 
 def test_mfu_falls_with_sequence_length_as_measured(predictions):
-    """Models of 1B-13B: from the shortest to the longest sequence measured MFU falls by 3-14 points (the
-    first-generation attention kernel runs well below the GEMMs); the prediction falls too, by a similar amount.
-    With those kernels priced like FlashAttention-2 every one of these series rose instead."""
+    """Every 1B-13B series at 8 GPUs, from the shortest to the longest sequence: measured MFU falls by 0.3-14
+    points (the attention kernel runs well below the GEMMs); the prediction falls too, by a similar amount (within
+    3x where the fall exceeds 3 points, within 5 points otherwise). With first-generation kernels priced like
+    FlashAttention-2 every one of these series rose instead."""
     checked = 0
     for key, points in _series(predictions).items():
         if key[1] not in ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b") or len(points) < 3:
             continue
         (_, m0, p0), (_, m1, p1) = min(points), max(points)
-        if m0 - m1 < 0.03:
-            continue
         checked += 1
-        assert p0 - p1 > 0, key
-        assert 1 / 3 <= (p0 - p1) / (m0 - m1) <= 3, (key, m0 - m1, p0 - p1)
-    assert checked >= 8
+        assert m0 - m1 > 0 and p0 - p1 > 0, key
+        if m0 - m1 >= 0.03:
+            assert 1 / 3 <= (p0 - p1) / (m0 - m1) <= 3, (key, m0 - m1, p0 - p1)
+        else:
+            assert abs((p0 - p1) - (m0 - m1)) <= 0.05, (key, m0 - m1, p0 - p1)
+    assert checked == 12
 
 
-def test_runtime_rejects_an_unknown_generation():
-    with pytest.raises(Exception, match="flash_attention_gen"):
-        Runtime(flash_attention_gen=3)
+@pytest.mark.parametrize("value", [3, 0, True, 1.0, "2"])
+def test_runtime_rejects_an_unknown_generation(value):
+    with pytest.raises(PlannerError, match="flash_attention_gen"):
+        Runtime(flash_attention_gen=value)

@@ -159,6 +159,12 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
     ("2024 benchmark", "Megatron-Core", 2),
     ("2024 benchmark", "llm-foundry, Triton FlashAttention", 1),     # the Triton port is first-generation
     ("Narayanan et al. 2021", "Megatron-LM", None),                  # no fused attention at all
+    ("2023 benchmark", "PyTorch 2.1, flash-attn==2.3.3", 2),         # version pins name the generation
+    ("2023 benchmark", "Megatron-LM + Transformer Engine (FA-2)", 2),
+    ("2023 benchmark", "NeMo, cuDNN fused attention", 2),            # FlashAttention-2-class kernels
+    ("2024 benchmark", "FlashAttention-1 (flash-attn 1.0.4)", 1),    # a named generation beats the year
+    ("2023 benchmark", "llm-foundry, Triton FlashAttention-2", 2),   # Triton, but the second generation
+    ("2024 benchmark", "NeMo, TE attention, Triton kernels for RoPE", 2),   # Triton not for attention
 ])
 def test_flash_attention_generation_follows_the_year_and_the_framework(source, framework, gen):
     runtime = convert_run(_run(source=source, framework=framework))[0]["runtime"]

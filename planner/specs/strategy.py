@@ -108,7 +108,8 @@ class Runtime:
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
 
     def __post_init__(self):
-        if self.flash_attention_gen not in (1, 2):
+        gen = self.flash_attention_gen
+        if isinstance(gen, (bool, np.bool_)) or not isinstance(gen, Integral) or gen not in (1, 2):
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
 
 
