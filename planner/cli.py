@@ -78,6 +78,8 @@ def plan(
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="FlashAttention kernels (no s x s scores in memory)."),
+    flash_gen: str = typer.Option("2", "--flash-attention-gen", help="FlashAttention generation: 2 (FlashAttention-2, "
+                                  "cuDNN/TE fused attention) or 1 (FlashAttention-1, Triton port: half the rate)."),
     cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
                                 "attention) or allgather (Llama 3, torchtitan: exposed)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
@@ -127,8 +129,10 @@ def plan(
                     if global_batch_tokens else None)
     if cp_comm not in ("ring", "allgather"):
         raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
+    if flash_gen.strip() not in ("1", "2"):
+        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
-                      cp_comm_overlap=cp_comm == "ring")
+                      cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(flash_gen))
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,

@@ -131,6 +131,7 @@ FLAGS = {
     "--tp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16]),
     "--cp": lambda rng, f: int_value(rng, [1, 2, 3, 4, 16]),
     "--cp-comm": lambda rng, f: rng.choice(["ring", "allgather", "RING", "p2p", ""]),
+    "--flash-attention-gen": lambda rng, f: rng.choice(["1", "2", "3", "0", "two", "", "1.0"]),
     "--pp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16, 32]),
     "--dp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16, 64]),
     "--micro-batch": lambda rng, f: int_value(rng, [1, 2, 4]),
