@@ -78,8 +78,9 @@ def plan(
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="FlashAttention kernels (no s x s scores in memory)."),
-    flash_gen: str = typer.Option("2", "--flash-attention-gen", help="FlashAttention generation: 2 (FlashAttention-2, "
-                                  "cuDNN/TE fused attention) or 1 (FlashAttention-1, Triton port: half the rate)."),
+    flash_gen: Optional[str] = typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 "
+                                            "(default: FlashAttention-2, cuDNN fused attention) or 1 "
+                                            "(FlashAttention-1, its Triton port: half the rate)."),
     cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
                                 "attention) or allgather (Llama 3, torchtitan: exposed)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
@@ -113,7 +114,7 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, require_valid, run_search
-    from planner.specs.strategy import Runtime, recompute_code, zero_code
+    from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
 
     if recompute is not None:
         recompute_code(recompute)
@@ -129,10 +130,13 @@ def plan(
                     if global_batch_tokens else None)
     if cp_comm not in ("ring", "allgather"):
         raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
-    if flash_gen.strip() not in ("1", "2"):
+    gen = flash_gen.strip() if flash_gen is not None else "2"
+    if gen not in [str(g) for g in FLASH_GENERATIONS]:
         raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
+    if flash_gen is not None and not flash_attention:
+        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
-                      cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(flash_gen))
+                      cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(gen))
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,

@@ -283,19 +283,21 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
     return rt
 
 
-# FlashAttention generations named in a framework text: "FlashAttention-2", "flash-attn==2.3.3", "FA-2", "FA3", or
-# Transformer Engine / cuDNN fused attention (FlashAttention-2 class); "FlashAttention-1", "flash-attn 1.0.4", or
-# FlashAttention's Triton port (first generation).
-_FLASH_V2 = re.compile(r"flash.?(attn|attention)[ _-]*(v|==|>=|~=)?\s*[23]\b|\bfa[ -]?v?[23]\b|"
-                       r"transformer.?engine|\bte\b|cudnn")
-_FLASH_V1 = re.compile(r"flash.?(attn|attention)[ _-]*\(?(v|==|>=|~=)?\s*1\b|\bfa[ -]?v?1\b|"
-                       r"triton\W*(flash|attn|attention)|(flash|attn|attention)\w*\W*\(?triton")
+# Generations a framework text names (a clause ends at , or ;): FlashAttention-2/3 ("flash-attn==2.3.3", "FA-2",
+# "(v2)" after the kernel's name) or cuDNN attention; FlashAttention-1 ("flash-attn 1.0.4", "(v1)") or its Triton
+# port ("Triton FlashAttention"). Transformer Engine alone does not say: it ran on flash-attn 1.x until it
+# required >= 2.0.6 in January 2024 (TransformerEngine PR #585).
+_KERNEL = r"(flash.?(attn|attention)|\bfa\b)"
+_FLASH_V2 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*[23](?!\d)|\bfa[ -]?v?[23]\b|"
+                       r"(flash|attention)[^,;]*\(v?[23](\.\d+)*\)|cudnn[^,;]*(attn|attention)")
+_FLASH_V1 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*(1|0\.\d)(?!\d)|\bfa[ -]?v?1\b|"
+                       r"(flash|attention)[^,;]*\(v?1(\.\d+)*\)|triton[ _-]*(flash|attn|attention|fa\b)|"
+                       + _KERNEL + r"[ _-]*\(?triton")
 
 
 def _flash_generation(fw: str, year: int | None) -> int:
-    """FlashAttention-2 appeared in July 2023 and reached the stacks' releases from late 2023: a 2023 run used the
-    first generation (FlashAttention-1 or its Triton port) unless the framework names the second; a named
-    generation wins over the year (a Triton FlashAttention is the first unless FlashAttention-2 is named)."""
+    """The generation the framework names, else the year's: FlashAttention-2 (July 2023) reached the stacks around
+    January 2024 (PyTorch 2.2's SDPA, Transformer Engine), so a 2023 run that names none used the first."""
     if _FLASH_V2.search(fw):
         return 2
     if _FLASH_V1.search(fw):

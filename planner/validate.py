@@ -23,7 +23,7 @@ from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
-from planner.specs.strategy import Layout, Precision, Runtime, check_knobs
+from planner.specs.strategy import FLASH_GENERATIONS, Layout, Precision, Runtime, check_knobs
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 # Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
@@ -61,7 +61,8 @@ class RunRuntime(_Strict):
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
     cp_comm_overlap: bool | None = None
-    flash_attention_gen: StrictInt | None = Field(default=None, ge=1, le=2)   # 1 or 2, not true or 1.0
+    flash_attention_gen: StrictInt | None = Field(default=None, ge=min(FLASH_GENERATIONS),
+                                                  le=max(FLASH_GENERATIONS))   # 1 or 2, not true or 1.0
 
 
 class RunPrecision(_Strict):

@@ -165,6 +165,12 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
     ("2024 benchmark", "FlashAttention-1 (flash-attn 1.0.4)", 1),    # a named generation beats the year
     ("2023 benchmark", "llm-foundry, Triton FlashAttention-2", 2),   # Triton, but the second generation
     ("2024 benchmark", "NeMo, TE attention, Triton kernels for RoPE", 2),   # Triton not for attention
+    ("2023 benchmark", "Megatron-LM + Transformer Engine", 1),      # TE ran on flash-attn 1.x until 2024
+    ("2023 benchmark", "PyTorch 2.1, cuDNN 8.9", 1),                 # cuDNN, but not its attention
+    ("2023 benchmark", "flash_attn_2_cuda kernels", 2),
+    ("2023 benchmark", "ROCm flash-attention CK (v2)", 2),
+    ("2024 benchmark", "FA (Triton)", 1),
+    ("2024 benchmark", "FlashAttention, Triton layernorm", 2),      # the clause ends at the comma
 ])
 def test_flash_attention_generation_follows_the_year_and_the_framework(source, framework, gen):
     runtime = convert_run(_run(source=source, framework=framework))[0]["runtime"]

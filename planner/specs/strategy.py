@@ -22,6 +22,7 @@ from planner.errors import PlannerError
 PARALLEL_DIMS = ("tp", "cp", "pp", "dp")
 
 RECOMPUTE = ("none", "selective", "full")   # stored as 0, 1, 2 in candidate columns
+FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
@@ -109,7 +110,7 @@ class Runtime:
 
     def __post_init__(self):
         gen = self.flash_attention_gen
-        if isinstance(gen, (bool, np.bool_)) or not isinstance(gen, Integral) or gen not in (1, 2):
+        if isinstance(gen, (bool, np.bool_)) or not isinstance(gen, Integral) or gen not in FLASH_GENERATIONS:
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
 
 
