@@ -68,6 +68,8 @@ def plan(
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
     vpp: Optional[str] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective or full."),
+    recompute_layers: Optional[str] = typer.Option(None, "--recompute-layers", help="Full recompute of only the "
+                                                   "first N layers of each pipeline chunk (Megatron block method)."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Pin sequence parallelism on or off."),
@@ -110,6 +112,7 @@ def plan(
     tp, cp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (cp, "--cp"), (pp, "--pp"),
                                                                     (dp, "--dp"), (micro_batch, "--micro-batch"),
                                                                     (vpp, "--vpp")))
+    recompute_layers = int_flag(recompute_layers, "--recompute-layers")
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
@@ -140,7 +143,7 @@ def plan(
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
-                recompute=recompute, zero_stage=zero_stage)
+                recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage)
     out = _out()
     top = 10 if top is None else top
 

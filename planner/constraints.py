@@ -45,6 +45,9 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
         ("interleaving: VPP must divide the layers (slots) per stage", (v == 1) | (mid % v == 0)),
         ("interleaving needs micro-batches to be a multiple of PP", (v == 1) | (batch_ok & (num_mb % p == 0))),
+        # Megatron's block method recomputes the first k layers of each chunk of a stage.
+        ("recompute layers exceed the layers per pipeline chunk",
+         np.asarray(c.get("rc_layers", 0)) <= np.maximum(mid // np.maximum(v, 1), 1)),
     ]
 
 
@@ -54,7 +57,8 @@ RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("
               ("context parallelism", ("--cp", "--seq-len")),
               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
-              ("interleaving", ("--vpp", "--pp", "--micro-batch")))
+              ("interleaving", ("--vpp", "--pp", "--micro-batch")),
+              ("recompute layers", ("--recompute-layers", "--pp", "--vpp")))
 
 
 def first_failure(rule_list, n: int):

@@ -6,17 +6,24 @@ from planner.cost.pipeline import bubble_fraction, bubble_ratio
 from planner.cost.step import TIME_PARTS
 
 _KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
-                ("sequence_parallel", "SP"), ("recompute", "recompute"), ("zero_stage", "ZeRO"))
+                ("sequence_parallel", "SP"), ("recompute", "recompute"), ("recompute_layers", "recomputed layers"),
+                ("zero_stage", "ZeRO"))
 _PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "cp_comm": "exposed CP communication",
                 "pp_comm": "PP communication",
                 "dp_comm": "exposed DP communication", "bubble": "pipeline bubble", "optimizer": "optimizer step"}
+
+
+def recompute_label(row) -> str:
+    """none, selective, full, or full(k): full recompute of the first k layers of each pipeline chunk."""
+    k = int(row.get("recompute_layers", 0) or 0)
+    return f"{row['recompute']}({k})" if k else str(row["recompute"])
 
 
 def layout_label(row) -> str:
     sp = "+SP" if row["sequence_parallel"] else ""
     cp = f" CP{row['cp']}" if row["cp"] > 1 else ""
     return (f"TP{row['tp']}{sp}{cp} PP{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} DP{row['dp']} "
-            f"mb{row['micro_batch']} {row['recompute']} ZeRO-{row['zero_stage']}")
+            f"mb{row['micro_batch']} {recompute_label(row)} ZeRO-{row['zero_stage']}")
 
 
 def why_first(table) -> str:

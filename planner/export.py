@@ -54,6 +54,9 @@ def megatron_args(row, m: ModelSpec, job: Job) -> str:
         args.append("--sequence-parallel")
     if row["recompute"] == "selective":
         args.append("--recompute-granularity selective")
+    elif row["recompute"] == "full" and int(row.get("recompute_layers", 0)):
+        args += ["--recompute-granularity full", "--recompute-method block",
+                 f"--recompute-num-layers {int(row['recompute_layers'])}"]
     elif row["recompute"] == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     zero = int(row["zero_stage"])
@@ -106,6 +109,10 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
             lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
     mode = {"none": "none", "selective": "selective", "full": "full"}[row["recompute"]]
     lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
+    if mode == "full" and int(row.get("recompute_layers", 0)):
+        notes.append(f"# torchtitan checkpoints every layer or every N-th one ('selective' with an integer option), "
+                     f"not the first {int(row['recompute_layers'])} of each chunk the plan assumed: full AC is "
+                     "written, which costs more time and saves more memory")
     if mode == "selective":
         lines.append('selective_ac_option = "op"')
         notes.append("# torchtitan's op-level selective AC also recomputes every second matmul: costlier than "
@@ -147,6 +154,9 @@ def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
     if row["recompute"] == "selective":
         notes.append("selective recompute: use the model's own checkpointing of the attention core "
                      "(DeepSpeed checkpoints whole layers)")
+    if row["recompute"] == "full" and int(row.get("recompute_layers", 0)):
+        notes.append(f"partial recompute: checkpoint only the first {int(row['recompute_layers'])} layers of each "
+                     "pipeline chunk in the model code (deepspeed.checkpointing.checkpoint per layer)")
     return cfg, notes
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import bubble_line, layout_label, placement_lines, rejection_summary, why_first
+from planner.explain import bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
 from planner.search import SearchResult
 from planner.whatif import suggestions
 
@@ -22,7 +22,7 @@ CONVENTIONS = {
     "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
 }
 _CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
-                  "recompute", "zero_stage", "fits", "memory_gib")
+                  "recompute", "recompute_layers", "zero_stage", "fits", "memory_gib")
 _LAYOUT_KEYS = _CONTRACT_KEYS[:_CONTRACT_KEYS.index("fits")]     # the layout part of a record
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
@@ -105,7 +105,7 @@ def layouts_table(df, title: str) -> Table:
         t.add_row(str(i), str(r["tp"]), *((str(r["cp"]),) if cp else ()), str(r["pp"]), str(r["dp"]),
                   str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
-                  r["recompute"], str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
+                  recompute_label(r), str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
                   _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}", *extra)
     return t
 
@@ -214,7 +214,7 @@ def _validation_layout(p) -> str:
                                                          "sequence_parallel")}
     cp = f" CP{r['cp']}" if r["cp"] > 1 else ""
     return (f"TP{r['tp']}{cp} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
-            f"v{r['vpp']}{star['vpp']} {r['recompute']}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
+            f"v{r['vpp']}{star['vpp']} {recompute_label(r)}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
             f"{' SP' + star['sequence_parallel'] if r['sequence_parallel'] else ''}")
 
 

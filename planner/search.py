@@ -92,6 +92,9 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
 def check_pins(pins: Pins, job: Job) -> None:
     """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
     layout = Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})   # types and ranges, as any layout
+    if layout.recompute_layers and pins.recompute is not None and layout.recompute != "full":
+        raise PlannerError("--recompute-layers", f"recomputes layers fully; expected --recompute full, got "
+                                                 f"{layout.recompute}")
     upper = {"tp": job.gpus, "cp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch,
              "vpp": 1024}
     for name, limit in upper.items():
@@ -115,6 +118,8 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
     """
     n = job.gpus
     rcs = [recompute_code(pins.recompute)] if pins.recompute is not None else list(range(len(RECOMPUTE)))
+    if pins.recompute_layers:                  # recomputing k layers of each chunk is full recompute, partially
+        rcs = [c for c in rcs if c == RECOMPUTE.index("full")]
     blocks = []
     for tp in [pins.tp] if pins.tp is not None else _divisors(n):
         if n % tp:
@@ -151,8 +156,27 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
         list(ZERO_STAGES)[:1 + 3 * (dp * cp > 1)]
     names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
     grid = np.array(list(product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, zs)), dtype=np.int64)
-    grid = grid.reshape(-1, len(names))
-    return {k: grid[:, names.index(k)] for k in KNOBS}
+    grid, k = _with_recompute_layers(grid.reshape(-1, len(names)), pins, mid, names.index("recompute"),
+                                     names.index("vpp"))
+    cols = {n: grid[:, i] for i, n in enumerate(names)}
+    return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
+
+
+def _with_recompute_layers(grid, pins: Pins, stage_layers_: int, rc_col: int, vpp_col: int):
+    """The rows and the layers each recomputes per pipeline chunk under full recompute: every layer (0); when
+    recompute is open, also half of each chunk (Megatron's block method), a step between none and full (any other
+    count is a pin away: it would cost the search a candidate per count). A pinned "full" means every layer, as
+    Megatron's --recompute-granularity full does, unless the layers are pinned too."""
+    full = grid[:, rc_col] == RECOMPUTE.index("full")
+    if pins.recompute_layers is not None:
+        return grid, np.where(full, pins.recompute_layers, 0)
+    k = np.zeros(len(grid), dtype=np.int64)
+    if pins.recompute is not None or not full.any():
+        return grid, k
+    chunk = np.maximum(stage_layers_ // grid[:, vpp_col], 1)
+    half = -(-chunk // 2)
+    partial = full & (half < chunk)
+    return np.concatenate([grid, grid[partial]]), np.concatenate([k, half[partial]])
 
 
 # --- search -------------------------------------------------------------------------------------------------------
@@ -164,7 +188,8 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         "tp": cols["tp"], "cp": cols["cp"], "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"],
         "num_microbatches": res["num_microbatches"].astype(np.int64), "global_batch": job.global_batch,
         "vpp": cols["vpp"], "sequence_parallel": cols["sp"].astype(bool),
-        "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]], "zero_stage": cols["zero"],
+        "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]],
+        "recompute_layers": cols["rc_layers"], "zero_stage": cols["zero"],
         "fits": res["memory_bytes"] <= capacity_bytes,
         "memory_gib": res["memory_bytes"] / GIB,
         **{f"{k}_gib": res[f"mem_{k}_bytes"] / GIB for k in MEMORY_PARTS},

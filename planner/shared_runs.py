@@ -5,8 +5,8 @@ That format describes each run in the words of its source: `gpu: "A100-SXM4-80GB
 `zero_stage: "FSDP FULL_SHARD"`, null where the source is silent. `convert_run` maps one such run onto the
 planner's own run schema (planner/data/published_runs.yaml) with fixed, documented rules, and records every rule it
 applied under `assumptions`; a run the cost model cannot express (MoE, expert parallelism, FP8 or 32-bit training,
-hybrid sharding, TPUs, a recompute policy between selective and full, no GPU count, a gated MLP of unstated width,
-...) is returned as skipped with the reason. Nothing here is tuned to a run: the same rules apply to every file.
+hybrid sharding, TPUs, per-op recompute, no GPU count, a gated MLP of unstated width, ...) is returned as skipped
+with the reason. Nothing here is tuned to a run: the same rules apply to every file.
 
 Rules (each one is why, briefly):
 - hardware: the GPU's name picks the profile; an A100 whose memory the source does not state is the 40 GB
@@ -22,13 +22,11 @@ Rules (each one is why, briefly):
   NO_SHARD or DDP is 0; Megatron's distributed optimizer is 1.
 - the source's year is the latest year its group and source text name (arXiv ids are not years), else its
   framework's era.
-- runtime by framework and the source's year: FlashAttention from 2023 on (it reached Megatron, Composer and
-  torchtitan after mid-2022), its first generation in 2023 (FlashAttention-2 appeared in July 2023) unless the
-  framework names a generation (FlashAttention-2, Transformer Engine / cuDNN fused attention, or FlashAttention-1
-  and its Triton port); Megatron's async TP backward from 2022 (not in DeepSpeed forks); DP gradient-reduce and
-  parameter-gather overlap where the framework text names them, for FSDP, and for any non-DeepSpeed stack from
-  2023 on; TP-comm overlap where named and in NeMo (its performance recipes turn it on); DeepSpeed ZeRO-3 gathers
-  per weight matrix over flat rings.
+- runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
+  mid-2022), its first generation in 2023 unless the framework names one (_flash_generation); Megatron's async TP
+  backward from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
+  non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
+  matrix over flat rings.
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
   source's FLOP accounting picks the convention: Narayanan's 96-form, "hardware FLOPs", "includes recompute" or
   HFU alone count the recompute forward; "6N"/"6ND" with no attention term is six_n; otherwise model FLOPs.
@@ -40,14 +38,13 @@ import math
 import re
 from typing import Any
 
+from planner.cost.pipeline import stage_layers
+
 # Profiles by GPU name, most specific first.
-_HARDWARE = (
-    (r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
-    (r"mi300x", "mi300x"), (r"a100.*40\s*g", "a100-40gb"), (r"a100.*80\s*g", "a100-80gb"),
-    (r"a100", "a100-40gb"), (r"v100", "v100-sxm"),
-)
-_NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)",
-               r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
+_HARDWARE = ((r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
+             (r"mi300x", "mi300x"), (r"a100.*40\s*g", "a100-40gb"), (r"a100.*80\s*g", "a100-80gb"),
+             (r"a100", "a100-40gb"), (r"v100", "v100-sxm"))
+_NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)", r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
                r"gh200": "GH200 (Grace Hopper superchip; no profile)",
                r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)"}
 
@@ -56,18 +53,15 @@ _GPUS_PER_NODE = 8      # DGX/HGX nodes, for the model-parallel split rule only
 _MODERN = dict(gated_mlp=True, tied_embeddings=False, norm="rmsnorm", bias=False, learned_positions=False,
                dropout=False)
 _GPT = dict(gated_mlp=False, norm="layernorm", bias=True, learned_positions=True)
+_LN = dict(gated_mlp=False, norm="layernorm", learned_positions=False)   # LayerNorm, positions by ALiBi/rotary/RoPE
 # Architecture details by family name (model cards / training configs of each family).
 _FAMILIES = (
     (r"llama|mistral|qwen|olmo|internlm|baichuan", _MODERN),
     (r"gemma", {**_MODERN, "tied_embeddings": True}),
-    (r"mpt", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=False, learned_positions=False,
-                  dropout=False)),                                            # ALiBi, no biases
-    (r"bloom", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=True, learned_positions=False,
-                    dropout=True)),                                           # ALiBi
-    (r"neox|pythia", dict(gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=True,
-                          learned_positions=False, dropout=False)),           # rotary
-    (r"nemotron", dict(gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=False,
-                       learned_positions=False, dropout=False)),              # squared ReLU, RoPE
+    (r"mpt", dict(_LN, tied_embeddings=True, bias=False, dropout=False)),                   # ALiBi, no biases
+    (r"bloom", dict(_LN, tied_embeddings=True, bias=True, dropout=True)),                   # ALiBi
+    (r"neox|pythia", dict(_LN, tied_embeddings=False, bias=True, dropout=False)),           # rotary
+    (r"nemotron", dict(_LN, tied_embeddings=False, bias=False, dropout=False)),             # squared ReLU, RoPE
     (r"falcon", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=False, learned_positions=False,
                      dropout=False)),
     (r"\bopt\b", dict(**_GPT, tied_embeddings=True, dropout=True)),
@@ -179,23 +173,26 @@ def _architecture(run: dict, year: int | None, notes: dict) -> dict:
 
 
 def _recompute(value) -> str | None:
-    """none | selective (Megatron's: the attention core) | full; None when unknown; other policies (per-op,
-    every n-th layer, micro-batch-level, custom) are not expressible."""
+    """none | selective (Megatron's: the attention core) | full | "every N": every N-th layer fully (torchtitan's
+    "selective layer": selective_ac_option, default 2); None when unknown; per-op, micro-batch-level and custom
+    policies are not expressible."""
     text = _text(value).strip()
     if text in ("", "n/a", "na", "unknown", "not stated", "?"):
         return None
+    every = re.search(r"every\s*(\d+)|selective\W+layers?\b", text)
+    if every and not re.search(r"\b(op|ops|custom|micro-?batch)\b", text):
+        return f"every {every.group(1) or 2}"
+    unknown = _Skip(f"recompute {value!r}: only none, selective (the attention core), full and full of every n-th"
+                    " layer are modelled")
     if re.search(r"selective|custom|partial", text):
         if re.search(r"\b(op|ops|layers?|every|custom|micro-?batch|partial)\b", text):
-            raise _Skip(f"recompute {value!r}: only none, selective (the attention core) and full recomputation "
-                        "are modelled")
+            raise unknown
         return "selective"
-    if re.search(r"\bfull\b", text):
-        return "full"
-    if re.search(r"\b(none|no|off|false|disabled)\b", text):
-        return "none"
-    if re.search(r"^(true|yes|on)\b|checkpoint|recomput|remat", text):
-        return "full"                   # activation checkpointing with no qualifier: every layer
-    raise _Skip(f"recompute {value!r}: only none, selective (the attention core) and full recomputation are modelled")
+    for pattern, mode in ((r"\bfull\b", "full"), (r"\b(none|no|off|false|disabled)\b", "none"),
+                          (r"^(true|yes|on)\b|checkpoint|recomput|remat", "full")):   # unqualified: every layer
+        if re.search(pattern, text):
+            return mode
+    raise unknown
 
 
 def _zero_stage(value) -> int | None:
@@ -241,14 +238,16 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
     if "dp" not in layout and "tp" in layout and "pp" in layout and run.get("num_gpus"):
         layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout.get("cp", 1) * layout["pp"])
     sp = _text(run.get("sequence_parallel")).strip()
-    if sp in ("true", "yes", "on", "1", "enabled"):
-        layout["sequence_parallel"] = True
-    elif sp in ("false", "no", "off", "0", "disabled", "none"):
-        layout["sequence_parallel"] = False
+    if sp in ("true", "yes", "on", "1", "enabled", "false", "no", "off", "0", "disabled", "none"):
+        layout["sequence_parallel"] = sp in ("true", "yes", "on", "1", "enabled")
     for key, value in (("recompute", _recompute(run.get("recompute"))),
                        ("zero_stage", _zero_stage(run.get("zero_stage")))):
         if value is not None:
             layout[key] = value
+    if layout.get("recompute", "").startswith("every"):      # the same share as Megatron's block method
+        n, chunk = int(layout["recompute"].split()[1]), stage_layers(_int(run, "layers"), layout.get("pp", 1))[1]
+        layout.update(recompute="full", recompute_layers=-(-int(chunk) // layout.get("vpp", 1) // n))
+        notes["recompute"] = f"every {n}-th layer fully recomputed: full recompute of 1/{n} of each chunk"
     # Unstated knobs that the stack of the day did not have are not searched (features and their dates:
     # selective recompute and sequence parallelism, Korthikanti et al. May 2022; Megatron's distributed
     # optimizer, 2022; DeepSpeed's pipeline engine runs only non-interleaved 1F1B).

@@ -284,8 +284,10 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
-    # A run that used context parallelism says so (Llama 3 does): an unstated CP degree is 1, not searched.
-    layout = {**run.layout.model_dump(), "cp": run.layout.cp or 1}
+    # A run that used context parallelism (or recomputed only some layers) says so: unstated, CP is 1 and full
+    # recompute covers every layer, not searched.
+    layout = {**run.layout.model_dump(), "cp": run.layout.cp or 1,
+              "recompute_layers": run.layout.recompute_layers or 0}   # partial recompute only where stated
     searched = tuple(k for k, v in layout.items() if v is None)
     runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)

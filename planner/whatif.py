@@ -16,12 +16,16 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     base = {"tp": int(row["tp"]), "cp": int(row["cp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
             "micro_batch": int(row["micro_batch"]),
             "vpp": int(row["vpp"]), "sp": int(bool(row["sequence_parallel"])),
-            "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"])}
+            "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"]),
+            "rc_layers": int(row.get("recompute_layers", 0))}
     out = []
-    for rc in range(base["recompute"] + 1, 3):
-        out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc}))
-    for rc in range(base["recompute"]):
-        out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc}))
+    for rc in range(3):
+        if rc != base["recompute"] or (rc == 2 and base["rc_layers"]):
+            out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc, "rc_layers": 0}))
+    # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full.
+    chunk = max(int(stage_layers(m.layers, base["pp"])[1]) // base["vpp"], 1)
+    for k in sorted({-(-chunk * q // 4) for q in (1, 2, 3)} - {chunk, base["rc_layers"]}):   # quarters of a chunk
+        out.append((f"full recompute of {k} of {chunk} layers per chunk", {**base, "recompute": 2, "rc_layers": k}))
     if base["tp"] > 1:
         out.append(("sequence parallelism " + ("off" if base["sp"] else "on"), {**base, "sp": 1 - base["sp"]}))
     if base["dp"] * base["cp"] > 1:

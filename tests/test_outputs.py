@@ -99,7 +99,7 @@ def test_whatif_suggestions_are_real_improvements():
     assert tips and all("so it fits" in t for t in tips)
     # the advice can be followed: the layout with the suggested knob changed (all others as evaluated) fits
     layout = {k: ev.row[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
-                                     "zero_stage")}
+                                     "recompute_layers", "zero_stage")}
     for tip in tips:
         assert _best("405b", 512, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
 
@@ -108,7 +108,9 @@ def _knob_of(label: str) -> dict:
     """The pin a what-if label stands for ('full recompute', 'ZeRO-3', 'VPP 4 interleaving', ...)."""
     words = label.split()
     if label.endswith(" recompute"):
-        return {"recompute": words[0]}
+        return {"recompute": words[0], "recompute_layers": 0}
+    if label.startswith("full recompute of "):              # 'full recompute of 4 of 8 layers per chunk'
+        return {"recompute": "full", "recompute_layers": int(words[3])}
     if label.startswith("ZeRO-"):
         return {"zero_stage": int(label.removeprefix("ZeRO-"))}
     if label.startswith("VPP "):

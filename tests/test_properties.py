@@ -98,11 +98,13 @@ def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False, cp1=False):
     c = draw(st.sampled_from([1] + [x for x in (2, 4) if m.seq_len % (2 * x) == 0]), label="cp") if not cp1 else 1
     sp = sp and (m.seq_len // c) % t == 0
     z = draw(st.integers(0, 3), label="zero") if d * c > 1 else 0
-    return dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, zero=z), d * b * n_mb
+    k = draw(st.integers(0, max(mid // v, 1)), label="rc_layers") if rc == 2 else 0     # 0: every layer
+    return (dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, rc_layers=k, zero=z),
+            d * b * n_mb)
 
 
 def cols_of(*rows):
-    cols = {k: np.array([r[k] for r in rows], dtype=np.int64) for k in KNOBS}
+    cols = {k: np.array([r.get(k, 0) for r in rows], dtype=np.int64) for k in KNOBS}   # rc_layers 0 if absent
     cols["sp"] = cols["sp"].astype(bool)
     return cols
 
@@ -325,7 +327,7 @@ def test_search_rows_are_valid_and_evaluate_reproduces_them(name, gpus, hw, pick
                               dp=int(row["dp"]),
                               micro_batch=int(row["micro_batch"]), vpp=int(row["vpp"]),
                               sequence_parallel=bool(row["sequence_parallel"]), recompute=str(row["recompute"]),
-                              zero_stage=int(row["zero_stage"]))
+                              recompute_layers=int(row["recompute_layers"]), zero_stage=int(row["zero_stage"]))
         assert set(ev.row) == set(row)
         diff = {k: (row[k], ev.row[k]) for k in row if row[k] != ev.row[k]}
         assert not diff, (name, gpus, hw.name, i, diff)

@@ -36,19 +36,20 @@ def model_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
     return 3.0 * forward_flops_per_token(m, seq_len, causal_halved)
 
 
-def recompute_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False):
-    """Extra forward work from activation recomputation; recompute is 0 none, 1 selective, 2 full."""
+def recompute_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False, full_fraction=1.0):
+    """Extra forward work from activation recomputation; recompute is 0 none, 1 selective, 2 full (of
+    `full_fraction` of the layers: Megatron's block method recomputes only some layers of each chunk)."""
     attn = attention_score_flops_per_token(m, seq_len, causal_halved)
     full = m.layers * (2.0 * layer_matmul_params(m) + attn)
     selective = m.layers * attn
     rc = np.asarray(recompute)
-    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
+    return np.where(rc == 2, np.asarray(full_fraction) * full, np.where(rc == 1, selective, 0.0))
 
 
-def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False):
+def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False, full_fraction=1.0):
     """FLOPs the hardware executes per token: model FLOPs + recomputation (HFU numerator)."""
-    return model_flops_per_token(m, seq_len, causal_halved) + recompute_flops_per_token(m, seq_len, recompute,
-                                                                                         causal_halved)
+    return model_flops_per_token(m, seq_len, causal_halved) + recompute_flops_per_token(
+        m, seq_len, recompute, causal_halved, full_fraction)
 
 
 def model_flops_per_step(m: ModelSpec, seq_len, global_batch, causal_halved=False):

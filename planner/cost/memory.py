@@ -114,7 +114,7 @@ def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Pre
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
-                     zero3_gather_unit="layer", cp=1):
+                     zero3_gather_unit="layer", cp=1, recompute_fraction=1.0):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
@@ -126,13 +126,18 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     output head on the edge stages).
     Context parallelism (cp ranks) keeps s/cp tokens of every activation per rank (Megatron-Core: each rank stores
     the K and V of its own chunk and gathers them again in backward), and ZeRO shards over the dp·cp ranks that hold
-    the same weights.
+    the same weights. `recompute_fraction`: under full recompute, the share of layers recomputed (Megatron's block
+    method, --recompute-num-layers); the others store all their activations.
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
     seq_len = np.asarray(seq_len) / c                           # tokens per rank
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)
+    # Full recompute of a fraction f of the layers (block method): those keep their input, the rest everything.
+    f = np.where(np.asarray(recompute) == 2, recompute_fraction, 1.0)
+    act = f * act + (1 - f) * activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
+                                                         precision.activation_bytes)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)

@@ -29,6 +29,11 @@ TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
 
 
+def knob_columns(cols: dict) -> dict:
+    """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer)."""
+    return {k: np.asarray(cols[k] if k in cols or k != "rc_layers" else 0) for k in KNOBS}
+
+
 def optimizer_bytes_per_param(precision: Precision) -> float:
     """HBM traffic of one mixed-precision Adam step per optimised parameter (memory-bound, formulas.md §6):
     16-bit gradients are first copied to fp32 main grads (read g, write 4); the global grad-norm reads them (4);
@@ -73,7 +78,8 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
-    recompute = np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0))
+    f = np.asarray(c.get("rc_frac", 1.0))              # full recompute of this share of the layers
+    recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, 0.0))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
@@ -92,7 +98,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
     u = hw.overlap_slowdown_intra
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
-    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, tp_fwd, 0.0)
+    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, 0.0)
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
@@ -117,7 +123,8 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
-    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(rc >= 1, cp_fwd, 0.0)
+    f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
+    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(rc >= 1, f * cp_fwd, 0.0)
     return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
 
 
@@ -126,26 +133,35 @@ def num_microbatches(job: Job, micro_batch, dp):
     return np.maximum(job.global_batch // np.maximum(np.asarray(micro_batch) * np.asarray(dp), 1), 1)
 
 
+def recompute_fraction(m: ModelSpec, c: dict):
+    """Share of a stage's layers that full recompute recomputes: k of the layers of each pipeline chunk (Megatron's
+    block method, --recompute-num-layers k), all of them for k = 0."""
+    chunk = np.maximum(stage_layers(m.layers, c["pp"])[1] // np.maximum(c["vpp"], 1), 1)
+    k = np.asarray(c["rc_layers"])
+    return np.where(k > 0, np.minimum(k, chunk) / chunk, 1.0)
+
+
 def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
                    runtime: Runtime = Runtime()):
     """Memory parts (bytes) of the most loaded stage and its index, for layouts given as columns (KNOBS)."""
-    c = {k: np.asarray(cols[k]) for k in KNOBS}
+    c = knob_columns(cols)
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
-        runtime.zero3_gather_unit, c["cp"])
+        runtime.zero3_gather_unit, c["cp"], recompute_fraction(m, c))
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
                  runtime: Runtime = Runtime()) -> dict:
     """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
     throughput. Validity is not checked here (see planner.constraints)."""
-    c = {k: np.asarray(cols[k]) for k in KNOBS}
+    c = knob_columns(cols)
     t, cp, p, d, b, v, rc, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
     e = precision.activation_bytes
     num_mb = num_microbatches(job, b, d)
 
     mem, stage = memory_columns(m, hw, job, c, precision, runtime)
+    c["rc_frac"] = recompute_fraction(m, c)
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
     attention = attention_times(m, hw, job, c, runtime, e)        # shared by the kernels and the CP overlap window
@@ -185,7 +201,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     tokens = job.global_batch * job.seq_len
     gpus = t * cp * p * d
     model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, runtime.causal_flops_halved)
-    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved)
+    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved, c["rc_frac"])
     out = {f"mem_{k}_bytes": v_ for k, v_ in mem.items()}
     out["memory_bytes"] = sum(mem.values())
     out.update({f"{k}_s": v_ for k, v_ in times.items()})

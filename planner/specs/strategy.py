@@ -126,6 +126,8 @@ class Layout:
     vpp: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"
+    recompute_layers: int = 0   # full recompute of only the first k layers of each pipeline chunk (Megatron
+                                # --recompute-method block --recompute-num-layers k); 0: every layer
     zero_stage: int = 0
 
     def __post_init__(self):
@@ -134,6 +136,10 @@ class Layout:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < 1:
                 raise PlannerError(f"--{f.replace('_', '-')}", f"got {value!r}, expected a positive integer")
             object.__setattr__(self, f, int(value))
+        k = self.recompute_layers
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or k < 0:
+            raise PlannerError("--recompute-layers", f"got {k!r}, expected a non-negative integer (0: every layer)")
+        object.__setattr__(self, "recompute_layers", int(k))
         if not isinstance(self.sequence_parallel, (bool, np.bool_)):
             raise PlannerError("--sequence-parallel", f"got {self.sequence_parallel!r}, expected True or False")
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
@@ -155,7 +161,8 @@ class Layout:
 
 # The knob list, in Layout's order, and each knob's candidate-column name in the cost layer (two are shortened).
 LAYOUT_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
-KNOB_COLUMNS: dict[str, str] = {k: {"sequence_parallel": "sp", "zero_stage": "zero"}.get(k, k) for k in LAYOUT_KNOBS}
+KNOB_COLUMNS: dict[str, str] = {k: {"sequence_parallel": "sp", "zero_stage": "zero", "recompute_layers": "rc_layers"}
+                                  .get(k, k) for k in LAYOUT_KNOBS}
 
 
 def check_knobs(values: dict) -> Layout:

@@ -39,6 +39,7 @@ def columns(rows):
     cols = {k: np.array(v) for k, v in zip(ROW_KNOBS, arr)}
     cols["sp"] = cols["sp"].astype(bool)
     cols["cp"] = np.ones_like(cols["tp"])
+    cols["rc_layers"] = np.zeros_like(cols["tp"])      # full recompute: every layer
     assert set(cols) == set(KNOBS)
     return cols
 

@@ -1,0 +1,93 @@
+"""Partial full recompute (Megatron --recompute-method block --recompute-num-layers k): the first k layers of each
+pipeline chunk are recomputed, the others keep all their activations. Between none and full in memory and time."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.cost import memory
+from planner.cost.pipeline import stage_layers
+from planner.cost.step import step_columns
+from planner.search import Pins, run_search
+from planner.specs.hardware import load_hardware
+from planner.specs.model import load_model
+from planner.specs.strategy import Job, Precision
+
+HW = load_hardware("h100-sxm")
+runner = CliRunner()
+
+
+def _cols(m, tp, pp, dp, vpp, recompute, k, micro_batch=1):
+    return {"tp": np.array([tp]), "cp": np.array([1]), "pp": np.array([pp]), "dp": np.array([dp]),
+            "micro_batch": np.array([micro_batch]), "vpp": np.array([vpp]), "sp": np.array([tp > 1]),
+            "recompute": np.array([recompute]), "rc_layers": np.array([k]), "zero": np.array([1])}
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["llama-3.1-8b", "gpt3-175b", "llama-3.1-70b"]), pp=st.sampled_from([1, 2, 4, 8]),
+       tp=st.sampled_from([1, 2, 8]))
+def test_more_recomputed_layers_less_memory_more_time(name, pp, tp):
+    m = load_model(name)
+    chunk = int(stage_layers(m.layers, pp)[1])
+    job = Job(gpus=tp * pp * 2, seq_len=m.seq_len, global_batch=64)
+    ks = list(range(chunk + 1))
+    out = step_columns(m, HW, job, {k: np.concatenate([_cols(m, tp, pp, 2, 1, 2, x)[k] for x in ks])
+                                    for k in _cols(m, tp, pp, 2, 1, 2, 0)})
+    mem, step = out["memory_bytes"], out["step_time_s"]
+    assert np.all(np.diff(mem[1:]) <= 1e-6 * mem[1:-1]) and np.all(np.diff(step[1:]) >= -1e-9 * step[1:-1])
+    assert mem[-1] == pytest.approx(mem[0]) and step[-1] == pytest.approx(step[0])      # k = chunk: every layer
+
+
+def test_activations_mix_linearly():
+    """Half of each chunk recomputed: the stored activations are the mean of none and full (logits aside)."""
+    m = load_model("llama-3.1-70b")
+
+    def acts(recompute, fraction):
+        parts, _ = memory.memory_breakdown(m, 8192, 4, 4, 4, 1, 16, 1, True, recompute, 1, Precision(), True, 0.0,
+                                           "layer", 1, fraction)
+        return float(parts["activations"])
+
+    none, full, half = acts(0, 1.0), acts(2, 1.0), acts(2, 0.5)
+    assert half == pytest.approx((none + full) / 2, rel=1e-12)
+
+
+def test_recompute_time_is_the_fraction_of_a_full_recompute():
+    """TP 1 and no CP, so the only difference is the recomputed forward: k of 10 layers per stage costs k/10 of a
+    full recompute (Llama 3 70B, PP 8: 10 layers per stage)."""
+    m = load_model("llama-3.1-70b")
+    job = Job(gpus=16, seq_len=8192, global_batch=64)
+    rows = [(0, 0), (2, 0), (2, 3), (2, 5)]
+    cols = {k: np.concatenate([_cols(m, 1, 8, 2, 1, rc, x)[k] for rc, x in rows]) for k in _cols(m, 1, 8, 2, 1, 0, 0)}
+    compute = step_columns(m, HW, job, cols)["compute_s"]
+    none, full = compute[0], compute[1]
+    assert compute[2] - none == pytest.approx(0.3 * (full - none), rel=1e-9)
+    assert compute[3] - none == pytest.approx(0.5 * (full - none), rel=1e-9)
+
+
+def test_the_search_recomputes_part_of_each_chunk_when_that_is_best():
+    """Llama 3 70B on 64 H100s at TP 2 x PP 8 x DP 4: no recompute does not fit, recomputing every layer costs a
+    third more work; half of each chunk fits and wins."""
+    result = run_search("70b", 64, find_min_gpus=False, pins=Pins(tp=2, pp=8, dp=4))
+    top = result.table.iloc[0]
+    assert top["recompute"] == "full" and top["recompute_layers"] == 5
+    full = result.table[(result.table["recompute"] == "full") & (result.table["recompute_layers"] == 0)]
+    assert top["step_time_s"] < full["step_time_s"].min()
+
+
+def test_cli_pins_labels_and_exports_partial_recompute(capsys):
+    args = ["--model", "70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--dp", "4", "--recompute-layers", "2"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0 and "full(2)" in out.stdout
+    data = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+    assert data["recompute"] == "full" and data["recompute_layers"] == 2
+    megatron = runner.invoke(app, args + ["--export", "megatron"]).stdout
+    assert "--recompute-method block" in megatron and "--recompute-num-layers 2" in megatron
+    from cli_contract import assert_mentions, bad
+    assert_mentions(bad(capsys, *args, "--recompute", "none"), "--recompute-layers", "--recompute full")
+    assert_mentions(bad(capsys, *args[:-1], "99"), "--recompute-layers", "layers per pipeline chunk")
+    assert_mentions(bad(capsys, *args[:-1], "0"), "--recompute-layers", "positive integer")
