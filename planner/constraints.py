@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.pipeline import stage_layers, stage_split_valid
+from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job
@@ -47,7 +47,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         ("interleaving needs micro-batches to be a multiple of PP", (v == 1) | (batch_ok & (num_mb % p == 0))),
         # Megatron's block method recomputes the first k layers of each chunk of a stage.
         ("recompute layers exceed the layers per pipeline chunk",
-         np.asarray(c.get("rc_layers", 0)) <= np.maximum(mid // np.maximum(v, 1), 1)),
+         np.asarray(c.get("rc_layers", 0)) <= chunk_layers(m.layers, p, v)),
     ]
 
 

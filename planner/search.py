@@ -173,7 +173,7 @@ def _with_recompute_layers(grid, pins: Pins, stage_layers_: int, rc_col: int, vp
     k = np.zeros(len(grid), dtype=np.int64)
     if pins.recompute is not None or not full.any():
         return grid, k
-    chunk = np.maximum(stage_layers_ // grid[:, vpp_col], 1)
+    chunk = np.maximum(stage_layers_ // grid[:, vpp_col], 1)          # chunk_layers, for this block's stage
     half = -(-chunk // 2)
     partial = full & (half < chunk)
     return np.concatenate([grid, grid[partial]]), np.concatenate([k, half[partial]])

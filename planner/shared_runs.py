@@ -23,13 +23,14 @@ Rules (each one is why, briefly):
 - the source's year is the latest year its group and source text name (arXiv ids are not years), else its
   framework's era.
 - runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
-  mid-2022), its first generation in 2023 unless the framework names one (_flash_generation); Megatron's async TP
+  mid-2022), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
   backward from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
   matrix over flat rings.
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
   source's FLOP accounting picks the convention: Narayanan's 96-form, "hardware FLOPs", "includes recompute" or
-  HFU alone count the recompute forward; "6N"/"6ND" with no attention term is six_n; otherwise model FLOPs.
+  HFU alone count the recompute forward; "6N"/"6ND" with no attention term is six_n; torchtitan's train.py counted
+  every parameter, embeddings included (all_params); otherwise model FLOPs.
 """
 
 from __future__ import annotations
@@ -38,7 +39,14 @@ import math
 import re
 from typing import Any
 
-from planner.cost.pipeline import stage_layers
+from planner.cost.pipeline import chunk_layers
+from planner.shared_fields import (
+    Skip,
+    flash_generation,
+    recompute_mode,
+    text_of,
+    zero_stage_of,
+)
 
 # Profiles by GPU name, most specific first.
 _HARDWARE = ((r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
@@ -79,14 +87,6 @@ def is_shared_format(data: dict) -> bool:
     return any("num_gpus" in r or "gpu" in r for r in maps) and not any("hardware" in r for r in maps)
 
 
-class _Skip(Exception):
-    """The run cannot be expressed; the message says why."""
-
-
-def _text(value) -> str:
-    return "" if value is None else str(value).lower()
-
-
 def _int(run: dict, key: str) -> int:
     """A whole number (2.0 is 2); booleans and fractions are malformed, not silently truncated."""
     value = run[key]
@@ -107,19 +107,19 @@ def _year(run: dict) -> int | None:
     found = re.findall(r"\b20[12]\d\b", text)
     if found:
         return max(int(y) for y in found)
-    fw = _text(run.get("framework"))
+    fw = text_of(run.get("framework"))
     return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
 
 
 def _hardware(run: dict) -> str:
-    gpu = _text(run.get("gpu"))
+    gpu = text_of(run.get("gpu"))
     for pattern, reason in _NO_PROFILE.items():
         if re.search(pattern, gpu):
-            raise _Skip(reason)
+            raise Skip(reason)
     for pattern, profile in _HARDWARE:
         if re.search(pattern, gpu):
             return profile
-    raise _Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
+    raise Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
 
 
 def _params_b(model: dict) -> float:
@@ -130,10 +130,10 @@ def _params_b(model: dict) -> float:
 
 
 def _architecture(run: dict, year: int | None, notes: dict) -> dict:
-    name = _text(run.get("model"))
+    name = text_of(run.get("model"))
     need = [k for k in ("layers", "hidden", "heads", "vocab", "seq_len") if run.get(k) is None]
     if need:
-        raise _Skip(f"architecture not stated ({', '.join(need)})")
+        raise Skip(f"architecture not stated ({', '.join(need)})")
     h = _int(run, "hidden")
     model = {"name": re.sub(r"[^a-z0-9.]+", "-", name).strip("-") or str(run.get("id") or "run"),
              "description": str(run.get("model") or ""), "layers": _int(run, "layers"), "hidden": h,
@@ -167,57 +167,14 @@ def _architecture(run: dict, year: int | None, notes: dict) -> dict:
         flags["dropout"] = year is not None and year <= 2022   # Megatron GPT configs dropped it with Megatron-Core
     if not run.get("ffn_hidden"):
         if flags["gated_mlp"]:
-            raise _Skip("ffn_hidden not stated for a gated-MLP model (no standard width to assume)")
+            raise Skip("ffn_hidden not stated for a gated-MLP model (no standard width to assume)")
         notes["ffn_hidden"] = "not stated: the standard 4h of a GeLU MLP"
     return {**model, **flags}
 
 
-def _recompute(value) -> str | None:
-    """none | selective (Megatron's: the attention core) | full | "every N": every N-th layer fully (torchtitan's
-    "selective layer": selective_ac_option, default 2); None when unknown; per-op, micro-batch-level and custom
-    policies are not expressible."""
-    text = _text(value).strip()
-    if text in ("", "n/a", "na", "unknown", "not stated", "?"):
-        return None
-    every = re.search(r"every\s*(\d+)|selective\W+layers?\b", text)
-    if every and not re.search(r"\b(op|ops|custom|micro-?batch)\b", text):
-        return f"every {every.group(1) or 2}"
-    unknown = _Skip(f"recompute {value!r}: only none, selective (the attention core), full and full of every n-th"
-                    " layer are modelled")
-    if re.search(r"selective|custom|partial", text):
-        if re.search(r"\b(op|ops|layers?|every|custom|micro-?batch|partial)\b", text):
-            raise unknown
-        return "selective"
-    for pattern, mode in ((r"\bfull\b", "full"), (r"\b(none|no|off|false|disabled)\b", "none"),
-                          (r"^(true|yes|on)\b|checkpoint|recomput|remat", "full")):   # unqualified: every layer
-        if re.search(pattern, text):
-            return mode
-    raise unknown
-
-
-def _zero_stage(value) -> int | None:
-    text = _text(value)
-    if not text:
-        return None
-    if re.search(r"hybrid|hsdp|dp_replicate", text):
-        raise _Skip(f"zero_stage {value!r}: hybrid sharding (replicated shard groups) is not modelled")
-    if re.search(r"no_shard|\bddp\b", text):
-        return 0
-    if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):
-        # Parameters kept gathered after the forward (FSDP SHARD_GRAD_OP, reshard_after_forward=False): ZeRO-2.
-        keep = r"(not|no|never)\s+reshard|reshard_after_forward\W+(false|never)|shard_grad_op"
-        return 2 if re.search(keep, text) else 3
-    if re.search(r"distributed.optimizer", text):
-        return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
-    if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
-        return 0
-    m = re.search(r"(?:zero-?\s*|stage\s*|^)([0-3])\b", text)
-    return int(m.group(1)) if m else None
-
-
 def _legacy(run: dict, year: int | None) -> tuple[bool, bool]:
     """(DeepSpeed-based stack, Megatron-LM before its 2022 distributed optimizer)."""
-    fw = _text(run.get("framework"))
+    fw = text_of(run.get("framework"))
     deepspeed = "deepspeed" in fw or "neox" in fw
     old_megatron = "megatron" in fw and "core" not in fw and not deepspeed and (year or 9999) <= 2022
     return deepspeed, old_megatron
@@ -225,11 +182,11 @@ def _legacy(run: dict, year: int | None) -> tuple[bool, bool]:
 
 def _layout(run: dict, year: int | None, notes: dict) -> dict:
     if (run.get("ep") or 1) > 1:
-        raise _Skip(f"ep={run['ep']}: expert parallelism is not modelled yet")
+        raise Skip(f"ep={run['ep']}: expert parallelism is not modelled yet")
     layout: dict[str, Any] = {k: _int(run, k) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp") if run.get(k)}
     mps = run.get("model_parallel_size")
     if not ({"tp", "pp", "dp"} & set(layout) or mps or run.get("num_gpus") == 1):
-        raise _Skip("parallel layout not stated (tp, pp, dp and model_parallel_size are all null)")
+        raise Skip("parallel layout not stated (tp, pp, dp and model_parallel_size are all null)")
     if "tp" not in layout and "pp" not in layout and mps:
         # Narayanan et al. 2021 §3.3, takeaway 1: tensor parallelism up to the GPUs of a node, pipeline across nodes.
         layout["tp"] = math.gcd(int(mps), _GPUS_PER_NODE)
@@ -237,16 +194,19 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
         notes["tp"] = f"model_parallel_size {mps} split as TP {layout['tp']} (one node) x PP {layout['pp']}"
     if "dp" not in layout and "tp" in layout and "pp" in layout and run.get("num_gpus"):
         layout["dp"] = int(run["num_gpus"]) // (layout["tp"] * layout.get("cp", 1) * layout["pp"])
-    sp = _text(run.get("sequence_parallel")).strip()
+    sp = text_of(run.get("sequence_parallel")).strip()
     if sp in ("true", "yes", "on", "1", "enabled", "false", "no", "off", "0", "disabled", "none"):
         layout["sequence_parallel"] = sp in ("true", "yes", "on", "1", "enabled")
-    for key, value in (("recompute", _recompute(run.get("recompute"))),
-                       ("zero_stage", _zero_stage(run.get("zero_stage")))):
+    for key, value in (("recompute", recompute_mode(run.get("recompute"))),
+                       ("zero_stage", zero_stage_of(run.get("zero_stage")))):
         if value is not None:
             layout[key] = value
     if layout.get("recompute", "").startswith("every"):      # the same share as Megatron's block method
-        n, chunk = int(layout["recompute"].split()[1]), stage_layers(_int(run, "layers"), layout.get("pp", 1))[1]
-        layout.update(recompute="full", recompute_layers=-(-int(chunk) // layout.get("vpp", 1) // n))
+        if "pp" not in layout:
+            raise Skip("recompute of every n-th layer needs pp stated (the share is counted per pipeline chunk)")
+        n, chunk = int(layout["recompute"].split()[1]), int(chunk_layers(_int(run, "layers"), layout["pp"],
+                                                                         layout.get("vpp", 1)))
+        layout.update(recompute="full", recompute_layers=-(-chunk // n))
         notes["recompute"] = f"every {n}-th layer fully recomputed: full recompute of 1/{n} of each chunk"
     # Unstated knobs that the stack of the day did not have are not searched (features and their dates:
     # selective recompute and sequence parallelism, Korthikanti et al. May 2022; Megatron's distributed
@@ -264,7 +224,7 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
 
 
 def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
-    fw = _text(run.get("framework"))
+    fw = text_of(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
     # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
@@ -276,40 +236,18 @@ def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw))}
     if rt["flash_attention"]:
-        rt["flash_attention_gen"] = _flash_generation(fw, year)
+        rt["flash_attention_gen"] = flash_generation(fw, year)
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
     return rt
 
 
-# Generations a framework text names (a clause ends at , or ;): FlashAttention-2/3 ("flash-attn==2.3.3", "FA-2",
-# "(v2)" after the kernel's name) or cuDNN attention; FlashAttention-1 ("flash-attn 1.0.4", "(v1)") or its Triton
-# port ("Triton FlashAttention"). Transformer Engine alone does not say: it ran on flash-attn 1.x until it
-# required >= 2.0.6 in January 2024 (TransformerEngine PR #585).
-_KERNEL = r"(flash.?(attn|attention)|\bfa\b)"
-_FLASH_V2 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*[23](?!\d)|\bfa[ -]?v?[23]\b|"
-                       r"(flash|attention)[^,;]*\(v?[23](\.\d+)*\)|cudnn[^,;]*(attn|attention)")
-_FLASH_V1 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*(1|0\.\d)(?!\d)|\bfa[ -]?v?1\b|"
-                       r"(flash|attention)[^,;]*\(v?1(\.\d+)*\)|triton[ _-]*(flash|attn|attention|fa\b)|"
-                       + _KERNEL + r"[ _-]*\(?triton")
-
-
-def _flash_generation(fw: str, year: int | None) -> int:
-    """The generation the framework names, else the year's: FlashAttention-2 (July 2023) reached the stacks around
-    January 2024 (PyTorch 2.2's SDPA, Transformer Engine), so a 2023 run that names none used the first."""
-    if _FLASH_V2.search(fw):
-        return 2
-    if _FLASH_V1.search(fw):
-        return 1
-    return 1 if year is not None and year < 2024 else 2
-
-
 def _precision(run: dict, year: int | None) -> dict:
-    text = _text(run.get("precision"))
+    text = text_of(run.get("precision"))
     if re.search(r"fp8|float8|e4m3|e5m2|fp4|mxfp|nvfp", text):
-        raise _Skip(f"precision {run.get('precision')!r}: FP8/FP4 training is not modelled yet")
+        raise Skip(f"precision {run.get('precision')!r}: FP8/FP4 training is not modelled yet")
     if text and not re.search(r"bf16|bfloat16|fp16|float16|16-bit|half|amp|mixed", text):
-        raise _Skip(f"precision {run.get('precision')!r}: only 16-bit mixed precision is modelled")
+        raise Skip(f"precision {run.get('precision')!r}: only 16-bit mixed precision is modelled")
     sixteen_bit_grads = "pure" in text or ("bf16" not in text and re.search(r"fp16|16-bit", text) is not None)
     out = {"grad_bytes": 2} if sixteen_bit_grads else {}
     if sixteen_bit_grads and _legacy(run, year)[1]:
@@ -319,7 +257,7 @@ def _precision(run: dict, year: int | None) -> dict:
 
 def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: dict) -> tuple[dict, dict]:
     """(measured, extra top-level fields: flops_convention, peak_tflops)."""
-    accounting = _text(run.get("flops_accounting"))
+    accounting = text_of(run.get("flops_accounting"))
     recompute_counted = bool(re.search(r"96\s*\*|hfu-like|4\s*\*\s*2|hardware (t)?flop|includ\w* (the )?recomput"
                                        r"|count\w* (the )?recomput", accounting)
                              or (re.search(r"\bhfu\b", accounting) and not re.search(r"\bmfu\b", accounting)))
@@ -336,14 +274,14 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
         hfu = next((run[k] for k in ("measured_hfu", "measured_pct_of_peak") if run.get(k) and k not in derived), None)
         if not hfu or layout.get("recompute") != "full":
             only = sorted(derived & {src for src, _ in _THROUGHPUT})
-            raise _Skip(f"throughput only derived by the dataset ({', '.join(only)} under `inferred`), not measured"
+            raise Skip(f"throughput only derived by the dataset ({', '.join(only)} under `inferred`), not measured"
                         if only else "no measured throughput (HFU alone needs full recompute to compare)")
         measured, recompute_counted = {"mfu": float(hfu)}, True
     if next(iter(measured)) in ("tflops_per_gpu", "mfu"):
-        extra["flops_convention"] = ("model_plus_full_recompute" if recompute_counted else
-                                     "six_n" if six_n else "model")
+        extra["flops_convention"] = ("model_plus_full_recompute" if recompute_counted else "six_n" if six_n else
+                                     "all_params" if "torchtitan" in accounting else "model")
         notes["flops_convention"] = f"{extra['flops_convention']} (from flops_accounting)"
-        if not accounting and "neox" in _text(run.get("framework")) and (year or 9999) <= 2022:
+        if not accounting and "neox" in text_of(run.get("framework")) and (year or 9999) <= 2022:
             extra["flops_convention"] = "gpt_neox_2021"          # the logger GPT-NeoX had before 2023
             notes["flops_convention"] = "gpt_neox_2021: GPT-NeoX's logger of the day (6N + 60·s·h·L per token)"
     if "mfu" in measured:
@@ -358,10 +296,10 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
 def convert_run(run: dict) -> tuple[dict | None, str | None]:
     """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
     try:
-        if run.get("moe") and _text(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
-            raise _Skip("mixture-of-experts model: not a dense decoder")
+        if run.get("moe") and text_of(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
+            raise Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):
-            raise _Skip("GPU count not stated")
+            raise Skip("GPU count not stated")
         year = _year(run)
         notes: dict[str, str] = {}
         hardware = _hardware(run)
@@ -371,10 +309,10 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
         if batch is None and run.get("global_batch_tokens"):
             batch = round(run["global_batch_tokens"] / model["seq_len"])
         if not batch:
-            raise _Skip("global batch not stated")
+            raise Skip("global batch not stated")
         model["global_batch"] = int(batch)
         layout = _layout(run, year, notes)
-        fw = _text(run.get("framework"))
+        fw = text_of(run.get("framework"))
         multiple = 128 * layout.get("tp", 1)
         if re.search(r"megatron|neox|nemo", fw) and model["vocab"] % multiple:
             # Megatron pads the embedding to a multiple of 128 x TP (--make-vocab-size-divisible-by).
@@ -392,7 +330,7 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
                      "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
                      "model": model, "hardware": hardware, "gpus": _int(run, "num_gpus"), "layout": layout,
                      "runtime": runtime, "precision": precision, "measured": measured, **extra, "assumptions": notes}
-    except _Skip as why:
+    except Skip as why:
         return None, str(why)
     except (ValueError, TypeError, ArithmeticError) as exc:      # a malformed field: say which value failed
         return None, f"malformed run: {exc}"

@@ -103,7 +103,7 @@ class ValidationRun(_Strict):
     runtime: RunRuntime
     precision: RunPrecision = RunPrecision()
     measured: Measured
-    flops_convention: Literal["model", "model_plus_full_recompute", "gpt_neox_2021", "six_n"] | None = None
+    flops_convention: Literal["model", "model_plus_full_recompute", "gpt_neox_2021", "six_n", "all_params"] | None = None
     peak_tflops: float | None = Field(default=None, gt=0)
     other_reported: dict = {}
     assumptions: dict = {}
@@ -116,7 +116,7 @@ class ValidationRun(_Strict):
             raise ValueError(f"measured must give exactly one of {', '.join(THROUGHPUT_KEYS)}, got {given or 'none'}")
         if given[0] in ("tflops_per_gpu", "mfu") and self.flops_convention is None:
             raise ValueError(f"measured {given[0]} needs flops_convention (model, model_plus_full_recompute, "
-                             "gpt_neox_2021 or six_n)")
+                             "gpt_neox_2021, six_n or all_params)")
         if given[0] == "mfu" and self.peak_tflops is None:
             raise ValueError("measured mfu needs peak_tflops (the peak the source divides by)")
         return self
@@ -246,7 +246,8 @@ class Prediction:
 def _convention_flops(run: ValidationRun, spec) -> float:
     """FLOPs per step as the source counts them. gpt_neox_2021: GPT-NeoX's logger before 2023
     (megatron/logging.py get_flops: 6 x total parameters + 60·s·h·L per token, no recompute term; replaced by the
-    Megatron-DeepSpeed 96-form in gpt-neox PR #1044, Sept 2023)."""
+    Megatron-DeepSpeed 96-form in gpt-neox PR #1044, Sept 2023). all_params: torchtitan's get_num_flop_per_token
+    with every parameter counted (6N + 12·L·h·s, N with the embeddings; later versions exclude them)."""
     s, b = spec.seq_len, run.model.global_batch
     if run.flops_convention == "model_plus_full_recompute":
         return float(b * s * flops.hardware_flops_per_token(spec, s, 2))
@@ -254,6 +255,9 @@ def _convention_flops(run: ValidationRun, spec) -> float:
         return float(b * s * 6.0 * total_params(spec))
     if run.flops_convention == "gpt_neox_2021":
         return float(b * s * (6.0 * total_params(spec) + 60.0 * s * spec.hidden * spec.layers))
+    if run.flops_convention == "all_params":                  # torchtitan's early train.py: 6 x every parameter,
+        attn = flops.attention_score_flops_per_token(spec, s)  # embeddings included, + the attention scores
+        return float(b * s * (6.0 * total_params(spec) + 3.0 * spec.layers * attn))
     return float(flops.model_flops_per_step(spec, s, b))
 
 

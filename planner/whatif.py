@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner import constraints
-from planner.cost.pipeline import stage_layers
+from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, step_columns
 from planner.specs.strategy import RECOMPUTE
 
@@ -23,7 +23,7 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         if rc != base["recompute"] or (rc == 2 and base["rc_layers"]):
             out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc, "rc_layers": 0}))
     # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full.
-    chunk = max(int(stage_layers(m.layers, base["pp"])[1]) // base["vpp"], 1)
+    chunk = int(chunk_layers(m.layers, base["pp"], base["vpp"]))
     for k in sorted({-(-chunk * q // 4) for q in (1, 2, 3)} - {chunk, base["rc_layers"]}):   # quarters of a chunk
         out.append((f"full recompute of {k} of {chunk} layers per chunk", {**base, "recompute": 2, "rc_layers": k}))
     if base["tp"] > 1:

@@ -91,3 +91,24 @@ def test_cli_pins_labels_and_exports_partial_recompute(capsys):
     assert_mentions(bad(capsys, *args, "--recompute", "none"), "--recompute-layers", "--recompute full")
     assert_mentions(bad(capsys, *args[:-1], "99"), "--recompute-layers", "layers per pipeline chunk")
     assert_mentions(bad(capsys, *args[:-1], "0"), "--recompute-layers", "positive integer")
+
+
+@pytest.mark.parametrize("k, expected", [(2, ['mode = "selective"', 'selective_ac_option = "10"']),
+                                         (4, ['mode = "selective"', 'selective_ac_option = "5"']),
+                                         (3, ['mode = "full"', "not the first 3"])])
+def test_torchtitan_export_writes_every_nth_layer_when_the_share_is_the_same(k, expected):
+    """70B (80 layers) on PP 4: 20-layer chunks; 2 of 20 is every 10th layer (torchtitan's layer SAC), 3 of 20 has
+    no whole N, so full AC is written with a note."""
+    args = ["--model", "70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--dp", "4", "--recompute-layers", str(k)]
+    out = runner.invoke(app, args + ["--export", "torchtitan"])
+    assert out.exit_code == 0
+    assert all(text in out.stdout for text in expected), out.stdout
+
+
+def test_recompute_fraction_counts_layers_per_chunk():
+    """70B: 80 layers on PP 8 are 10 per stage, 5 per chunk with VPP 2; 2 of 5 is 0.4; 0 (every layer) is 1; a k
+    past the chunk is capped at all of it."""
+    from planner.cost.step import recompute_fraction
+    m = load_model("70b")
+    c = {"pp": np.array([8, 8, 8, 8]), "vpp": np.array([2, 2, 1, 2]), "rc_layers": np.array([2, 0, 2, 9])}
+    assert np.allclose(recompute_fraction(m, c), [0.4, 1.0, 0.2, 1.0])

@@ -75,6 +75,16 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
         assert run.precision.grad_bytes == ref.precision.grad_bytes, run.id
 
 
+@pytest.mark.parametrize("run_id", ["torchtitan_a100_00", "torchtitan_a100_04"])
+def test_torchtitan_mfu_counts_every_parameter(bundled, run_id):
+    """torchtitan's MFU of the time counts 6 x all parameters (embeddings included) + 12·L·h·s per token: read that
+    way, the stated MFU and the table's tokens/s per GPU give the same step (with model FLOPs, 5% apart for 8B)."""
+    run = bundled[run_id]
+    wps = run.other_reported["tokens_per_s_per_gpu"]
+    assert measured_step_time_s(run) == pytest.approx(run.model.global_batch * run.model.seq_len / (wps * run.gpus),
+                                                      rel=0.005)
+
+
 def test_the_shared_file_meets_the_median_target(shared):
     preds = [predict(r) for r in shared.runs]
     assert all(p.error is None and p.fits for p in preds)
@@ -106,6 +116,10 @@ def test_gpu_names_pick_the_profile(gpu, profile):
                                                                             "hybrid"),
     (dict(precision="float8 (torchao)"), "FP8"), (dict(precision="TF32"), "16-bit"),
     (dict(model="Acme 8B", ffn_hidden=None), "ffn_hidden"),
+    (dict(recompute="selective, layers 1-4"), "only none"), (dict(recompute="every 0 layers"), "only none"),
+    (dict(recompute="selective layer + micro-batches kept"), "only none"),
+    (dict(recompute="partial (every 2nd layer)"), "only none"),
+    (dict(recompute="every 2nd layer", pp=None), "pp stated"),
 ])
 def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     converted, why = convert_run(_run(**fields))
@@ -118,6 +132,8 @@ def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     (False, "none"), ("activation checkpointing: full", "full"), ("selective (Megatron)", "selective"),
     ("recompute_granularity=selective", "selective"), ("AC: none", "none"), ("none (no AC)", "none"),
     ("full (checkpoint-activations, 1 layer)", "full"), ("activation checkpointing", "full"),
+    ("every layer", "full"), ("full, every 1 layer", "full"),                   # every layer is plain full
+    ("full (uniform method, 2 layers per checkpoint)", "full"),             # Megatron uniform: all, grouped
 ])
 def test_recompute_words(text, code):
     assert convert_run(_run(recompute=text))[0]["layout"]["recompute"] == code
@@ -154,7 +170,10 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
 
 
 @pytest.mark.parametrize("text, pp, vpp, expected", [("selective layer", 1, None, 48),   # torchtitan's default: 2
-                                                      ("every 4 layers", 4, None, 6), ("every 2 layers", 4, 2, 6)])
+                                                      ("every 4 layers", 4, None, 6), ("every 2 layers", 4, 2, 6),
+                                                      ("every other layer", 4, None, 12),
+                                                      ("every 2nd layer", 4, None, 12),
+                                                      ("every third layer", 4, None, 8)])
 def test_every_nth_layer_is_full_recompute_of_that_share(text, pp, vpp, expected):
     """GPT 175B has 96 layers: every 2nd of a PP-1 stage is 48, every 4th of a 24-layer stage 6, of a 12-layer chunk
     (VPP 2) every 2nd is 6; rounded up to whole layers per chunk (Megatron's block method, same share)."""
@@ -197,7 +216,7 @@ def test_megatron_pads_the_vocabulary_and_splits_the_model_parallel_size():
     ("Paper eq.(3): F = 96*B*s*l*h^2*(1 + ...)", "model_plus_full_recompute"),
     ("HFU includes recompute (hardware FLOPs)", "model_plus_full_recompute"),
     ("MFU per PaLM", "model"), ("MFU: model FLOPs eq.(7) (excludes recompute); HFU: eq.(8)", "model"),
-    ("MFU (6ND)", "six_n"), ("torchtitan: 6N + 12*L*h*s per token", "model"),
+    ("MFU (6ND)", "six_n"), ("torchtitan: 6N + 12*L*h*s per token", "all_params"),   # N with the embeddings
 ])
 def test_flops_accounting_picks_the_convention(accounting, convention):
     tflops = dict(iteration_time_s=None, measured_tflops_per_gpu=140.0)

@@ -26,6 +26,12 @@ def stage_layers(layers, pp):
     return edge, mid
 
 
+def chunk_layers(layers, pp, vpp=1):
+    """Layers per pipeline chunk (a middle stage's layers over its vpp virtual chunks, at least 1): the unit of
+    Megatron's block recompute (--recompute-num-layers counts layers per chunk)."""
+    return np.maximum(stage_layers(layers, pp)[1] // np.maximum(np.asarray(vpp), 1), 1)
+
+
 def layers_per_stage(layers, pp):
     """Layers on the (first, middle, last) stage, the three the memory and time maxima look at. One stage holds
     all L (the split is even); two stages have no middle one, so its entry repeats the first."""

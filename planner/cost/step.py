@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
-from planner.cost.pipeline import layers_per_stage, stage_layers
+from planner.cost.pipeline import chunk_layers, layers_per_stage, stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
@@ -136,7 +136,7 @@ def num_microbatches(job: Job, micro_batch, dp):
 def recompute_fraction(m: ModelSpec, c: dict):
     """Share of a stage's layers that full recompute recomputes: k of the layers of each pipeline chunk (Megatron's
     block method, --recompute-num-layers k), all of them for k = 0."""
-    chunk = np.maximum(stage_layers(m.layers, c["pp"])[1] // np.maximum(c["vpp"], 1), 1)
+    chunk = chunk_layers(m.layers, c["pp"], c["vpp"])
     k = np.asarray(c["rc_layers"])
     return np.where(k > 0, np.minimum(k, chunk) / chunk, 1.0)
 

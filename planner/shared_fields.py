@@ -1,0 +1,86 @@
+"""Field rules of the shared dataset's flat format (planner.shared_runs): free-text recompute, ZeRO/FSDP and
+FlashAttention descriptions read into the planner's knobs. Pure text rules, no I/O; a field the planner cannot express
+raises Skip with the reason."""
+from __future__ import annotations
+
+import re
+
+
+class Skip(Exception):
+    """The run cannot be expressed; the message says why."""
+
+
+def text_of(value) -> str:
+    return "" if value is None else str(value).lower()
+
+
+def recompute_mode(value) -> str | None:
+    """none | selective (Megatron's: the attention core) | full | "every N": every N-th layer fully (torchtitan's
+    "selective layer": selective_ac_option, default 2); None when unknown. Megatron's uniform method recomputes
+    every layer (in groups): full. Per-op, micro-batch-level, custom and partial policies are not expressible."""
+    text = text_of(value).strip()
+    if text in ("", "n/a", "na", "unknown", "not stated", "?"):
+        return None
+    unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full and full of every n-th"
+                   " layer are modelled")
+    if re.search(r"\b(op|ops|custom|micro-?batch(es)?|partial)\b", text):
+        raise unknown
+    every = re.search(r"every\s+(\d+|other|2nd|second|3rd|third)(?:th|st|nd|rd)?\b|\bselective[ _-]layers?\b", text)
+    if every:
+        n = {"other": 2, "2nd": 2, "second": 2, "3rd": 3, "third": 3}.get(every.group(1), every.group(1) or 2)
+        if int(n) < 1:
+            raise unknown
+        return "full" if int(n) == 1 else f"every {n}"
+    if re.search(r"every\s+layers?\b", text):
+        return "full"
+    if "selective" in text:
+        if re.search(r"\b(layers?|every)\b", text):
+            raise unknown
+        return "selective"
+    for pattern, mode in ((r"\bfull\b", "full"), (r"\b(none|no|off|false|disabled)\b", "none"),
+                          (r"^(true|yes|on)\b|checkpoint|recomput|remat", "full")):   # unqualified: every layer
+        if re.search(pattern, text):
+            return mode
+    raise unknown
+
+
+def zero_stage_of(value) -> int | None:
+    text = text_of(value)
+    if not text:
+        return None
+    if re.search(r"hybrid|hsdp|dp_replicate", text):
+        raise Skip(f"zero_stage {value!r}: hybrid sharding (replicated shard groups) is not modelled")
+    if re.search(r"no_shard|\bddp\b", text):
+        return 0
+    if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):
+        # Parameters kept gathered after the forward (FSDP SHARD_GRAD_OP, reshard_after_forward=False): ZeRO-2.
+        keep = r"(not|no|never)\s+reshard|reshard_after_forward\W+(false|never)|shard_grad_op"
+        return 2 if re.search(keep, text) else 3
+    if re.search(r"distributed.optimizer", text):
+        return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
+    if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
+        return 0
+    m = re.search(r"(?:zero-?\s*|stage\s*|^)([0-3])\b", text)
+    return int(m.group(1)) if m else None
+
+
+# Generations a framework text names (a clause ends at , or ;): FlashAttention-2/3 ("flash-attn==2.3.3", "FA-2",
+# "(v2)" after the kernel's name) or cuDNN attention; FlashAttention-1 ("flash-attn 1.0.4", "(v1)") or its Triton
+# port ("Triton FlashAttention"). Transformer Engine alone does not say: it ran on flash-attn 1.x until it
+# required >= 2.0.6 in January 2024 (TransformerEngine PR #585).
+_KERNEL = r"(flash.?(attn|attention)|\bfa\b)"
+_FLASH_V2 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*[23](?!\d)|\bfa[ -]?v?[23]\b|"
+                       r"(flash|attention)[^,;]*\(v?[23](\.\d+)*\)|cudnn[^,;]*(attn|attention)")
+_FLASH_V1 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*(1|0\.\d)(?!\d)|\bfa[ -]?v?1\b|"
+                       r"(flash|attention)[^,;]*\(v?1(\.\d+)*\)|triton[ _-]*(flash|attn|attention|fa\b)|"
+                       + _KERNEL + r"[ _-]*\(?triton")
+
+
+def flash_generation(fw: str, year: int | None) -> int:
+    """The generation the framework names, else the year's: FlashAttention-2 (July 2023) reached the stacks around
+    January 2024 (PyTorch 2.2's SDPA, Transformer Engine), so a 2023 run that names none used the first."""
+    if _FLASH_V2.search(fw):
+        return 2
+    if _FLASH_V1.search(fw):
+        return 1
+    return 1 if year is not None and year < 2024 else 2
