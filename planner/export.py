@@ -22,6 +22,8 @@ FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 def unsupported(framework: str, row) -> str | None:
     """Why `framework` cannot run this layout as planned, or None."""
     pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
+    if framework != "torchtitan" and row.get("recompute") == "op":
+        return f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)"
     if framework == "deepspeed":
         if int(row.get("cp", 1)) > 1:
             return "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)"
@@ -107,7 +109,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
                   f"pipeline_parallel_last_stage_less_layers = {edge_weight}"]
         if v > 1:       # ceil((L + first + last) / layers_per_stage) virtual stages = PP x VPP
             lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
-    mode = {"none": "none", "selective": "selective", "full": "full"}[row["recompute"]]
+    mode = {"none": "none", "selective": "selective", "full": "full", "op": "selective"}[row["recompute"]]
     k, chunk = int(row.get("recompute_layers", 0)), int(chunk_layers(m.layers, pp, v))
     # torchtitan's layer SAC checkpoints every N-th block: the plan's share k/chunk when N = chunk/k is whole.
     every = chunk // k if mode == "full" and 0 < k < chunk and chunk % k == 0 else 0
@@ -122,8 +124,9 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
                      "written, which costs more time and saves more memory")
     if mode == "selective":
         lines.append('selective_ac_option = "op"')
+    if row["recompute"] == "selective":
         notes.append("# torchtitan's op-level selective AC also recomputes every second matmul: costlier than "
-                     "Megatron's selective recompute that the plan assumed")
+                     "Megatron's selective recompute that the plan assumed (plan with --recompute op to price it)")
     # With PP, local_batch_size is a DP rank's share of the step, split into pipeline micro-batches; without PP,
     # it is one forward/backward, and global_batch_size / (local_batch_size x DP) steps are accumulated.
     micro = int(row["micro_batch"])

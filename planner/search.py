@@ -19,8 +19,8 @@ from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
-from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, ZERO_STAGES, Job, Layout, Precision,
-                                    Runtime, recompute_code, zero_code)
+from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
+                                    Layout, Precision, Runtime, recompute_code, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -117,7 +117,8 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
     the GPUs left by TP that split the sequence into 2·CP equal chunks (the load-balanced causal split).
     """
     n = job.gpus
-    rcs = [recompute_code(pins.recompute)] if pins.recompute is not None else list(range(len(RECOMPUTE)))
+    rcs = ([recompute_code(pins.recompute)] if pins.recompute is not None
+           else [RECOMPUTE.index(r) for r in SEARCHED_RECOMPUTE])
     if pins.recompute_layers:                  # recomputing k layers of each chunk is full recompute, partially
         rcs = [c for c in rcs if c == RECOMPUTE.index("full")]
     blocks = []

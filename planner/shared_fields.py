@@ -16,15 +16,20 @@ def text_of(value) -> str:
 
 def recompute_mode(value) -> str | None:
     """none | selective (Megatron's: the attention core) | full | "every N": every N-th layer fully (torchtitan's
-    "selective layer": selective_ac_option, default 2); None when unknown. Megatron's uniform method recomputes
-    every layer (in groups): full. Per-op, micro-batch-level, custom and partial policies are not expressible."""
+    "selective layer": selective_ac_option, default 2) | op (torchtitan's per-op policy, "selective op"); None
+    when unknown. Megatron's uniform method recomputes every layer (in groups): full. Micro-batch-level, custom and
+    partial policies are not expressible."""
     text = text_of(value).strip()
     if text in ("", "n/a", "na", "unknown", "not stated", "?"):
         return None
-    unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full and full of every n-th"
-                   " layer are modelled")
-    if re.search(r"\b(op|ops|custom|micro-?batch(es)?|partial)\b", text):
+    unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full, full of every n-th"
+                   " layer and torchtitan's per-op policy are modelled")
+    if re.search(r"\b(custom|micro-?batch(es)?|partial)\b", text):
         raise unknown
+    if re.search(r"\b(op|ops)\b|per-op|op-level", text):
+        if re.search(r"\b(full|none|layers?|every)\b", text):
+            raise unknown
+        return "op"
     every = re.search(r"every\s+(\d+|other|2nd|second|3rd|third)(?:th|st|nd|rd)?\b|\bselective[ _-]layers?\b", text)
     if every:
         n = {"other": 2, "2nd": 2, "second": 2, "3rd": 3, "third": 3}.get(every.group(1), every.group(1) or 2)

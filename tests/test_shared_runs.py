@@ -107,7 +107,7 @@ def test_gpu_names_pick_the_profile(gpu, profile):
     (dict(gpu="Gaudi 2"), "no hardware profile"), (dict(moe={"experts": 8}), "mixture-of-experts"),
     (dict(ep=8), "expert parallelism"), (dict(num_gpus=None), "GPU count"),
     (dict(tp=None, pp=None), "parallel layout not stated"), (dict(vocab=None), "architecture not stated (vocab)"),
-    (dict(recompute="selective op"), "selective op"), (dict(precision="fp8 hybrid"), "FP8"),
+    (dict(recompute="custom selective (manual backward)"), "custom selective"), (dict(precision="fp8 hybrid"), "FP8"),
     (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
     (dict(iteration_time_s=None, tokens_per_s_per_gpu=900.0, inferred={"tokens_per_s_per_gpu": "from GPU-hours"}),
      "only derived"),
@@ -132,6 +132,7 @@ def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     (False, "none"), ("activation checkpointing: full", "full"), ("selective (Megatron)", "selective"),
     ("recompute_granularity=selective", "selective"), ("AC: none", "none"), ("none (no AC)", "none"),
     ("full (checkpoint-activations, 1 layer)", "full"), ("activation checkpointing", "full"),
+    ("selective op", "op"), ("op-level SAC", "op"), ("per-op selective checkpointing", "op"),
     ("every layer", "full"), ("full, every 1 layer", "full"),                   # every layer is plain full
     ("full (uniform method, 2 layers per checkpoint)", "full"),             # Megatron uniform: all, grouped
 ])
@@ -269,11 +270,11 @@ def test_validate_cli_reads_the_shared_format(capsys):
     code, out, err = run_cli(capsys, "validate", SHARED, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert len(doc["runs"]) == 75 and len(doc["skipped"]) == 17
+    assert len(doc["runs"]) == 78 and len(doc["skipped"]) == 14
     assert {"id", "reason"} == set(doc["skipped"][0])
     assert all("hardware" in r["assumptions"] and "runtime" in r["assumptions"] for r in doc["runs"])   # said which
     code, out, err = run_cli(capsys, "validate", SHARED)
-    assert code == 0 and "Not predicted: 17 runs" in out
+    assert code == 0 and "Not predicted: 14 runs" in out
 
 
 def test_a_shared_file_with_nothing_expressible_is_one_line(tmp_path, capsys):

@@ -131,4 +131,21 @@ def layer_kernel_count(m: ModelSpec, flash_attention, cp=1):
     Context parallelism runs attention as one kernel per K/V chunk (cp steps) and merges each step's partial output
     with a rescaling kernel (Transformer Engine's context-parallel attention): 2 more per extra step."""
     attention = np.where(flash_attention, 1, 4) + 2 * (np.asarray(cp) - 1)
-    return 4 + attention + 5 + (0 if m.learned_positions else 1)
+    return 4 + attention + _elementwise_kernels(m)
+
+
+def _elementwise_kernels(m: ModelSpec) -> int:
+    """2 norms, 2 residual adds, the MLP activation, and rotary embedding unless positions are learned."""
+    return 5 + (0 if m.learned_positions else 1)
+
+
+def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise=0.0):
+    """Backward-time recompute of torchtitan's per-op policy, one layer: the three matmuls it does not save (K, the
+    output projection, the MLP's second matmul; params.op_recompute_matmul_params), TP-sharded, plus every
+    element-wise kernel (`elementwise`: their forward time), whose outputs it does not save either."""
+    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    mlp = (gemm_time_s(n, m.hidden, m.ffn_hidden / t, hw, elem_bytes) if m.gated_mlp
+           else gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
+    gemms = (gemm_time_s(n, m.hidden, kv_dim_per_rank(m, t), hw, elem_bytes)
+             + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes) + mlp)
+    return gemms + elementwise + (3 + _elementwise_kernels(m)) * hw.kernel_overhead_s

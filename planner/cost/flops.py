@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.params import layer_matmul_params
+from planner.cost.params import layer_matmul_params, op_recompute_matmul_params
 from planner.specs.model import ModelSpec
 
 
@@ -38,12 +38,15 @@ def model_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
 
 def recompute_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False, full_fraction=1.0):
     """Extra forward work from activation recomputation; recompute is 0 none, 1 selective, 2 full (of
-    `full_fraction` of the layers: Megatron's block method recomputes only some layers of each chunk)."""
+    `full_fraction` of the layers: Megatron's block method recomputes only some layers of each chunk), 3 op
+    (torchtitan's per-op policy: every second matmul, params.op_recompute_matmul_params; attention is saved)."""
     attn = attention_score_flops_per_token(m, seq_len, causal_halved)
     full = m.layers * (2.0 * layer_matmul_params(m) + attn)
     selective = m.layers * attn
+    op = m.layers * 2.0 * op_recompute_matmul_params(m)
     rc = np.asarray(recompute)
-    return np.where(rc == 2, np.asarray(full_fraction) * full, np.where(rc == 1, selective, 0.0))
+    return np.where(rc == 2, np.asarray(full_fraction) * full,
+                    np.where(rc == 1, selective, np.where(rc == 3, op, 0.0)))
 
 
 def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=False, full_fraction=1.0):

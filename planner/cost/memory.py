@@ -39,6 +39,9 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     sbh(34 + 5as/h) alone, sbh(10 + 24/t + 5as/(ht)) with TP, sbh(34/t + 5as/(ht)) with TP + SP, the as²b term
     dropped by selective recompute, and 2sbh (the layer input; /t when SP shards it) under full recompute.
     FlashAttention never stores the s×s scores, only the fp32 log-sum-exp (4·a·s·b bytes).
+    torchtitan's per-op policy (recompute 3) keeps the layer input and the outputs of the ops it saves: Q, V, the
+    attention kernel (output and log-sum-exp), the MLP's first matmul, the gated MLP's down projection (every
+    rank's full-width partial sum) and, with TP, the two reduce-scatters (params.op_recompute_matmul_params).
     """
     s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
     sp, rc = np.asarray(sp, dtype=bool), np.asarray(recompute)
@@ -55,7 +58,9 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     sp_div = np.where(sp, t, 1)
     stored = replicated / sp_div + (split + scores) / t + kv
     layer_input = e * sb * h / sp_div
-    return np.where(rc == 2, layer_input, stored)
+    op_saved = (layer_input + e * sb * (2 * m.q_dim + m.ffn_hidden) / t + e * sb * P.kv_dim_per_rank(m, t)
+                + scores / t + e * sb * h * (1 if m.gated_mlp else 0) + np.where(t > 1, 2 * e * sb * h / t, 0.0))
+    return np.where(rc == 2, layer_input, np.where(rc == 3, op_saved, stored))
 
 
 def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,

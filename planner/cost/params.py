@@ -55,6 +55,13 @@ def layer_matmul_params(m: ModelSpec) -> int:
     return 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
 
 
+def op_recompute_matmul_params(m: ModelSpec) -> int:
+    """Weights of the matmuls torchtitan's per-op checkpointing recomputes in one layer: it saves every matmul's
+    output but every second one (activation_checkpoint.py, mm_count % 2), counted in the block's order Q, K, V,
+    output, MLP in (gate), up, down: K, the output projection and the MLP's second matmul (gated: up; plain: down)."""
+    return m.hidden * m.kv_dim + m.q_dim * m.hidden + m.hidden * m.ffn_hidden
+
+
 def kv_dim_per_rank(m: ModelSpec, tp):
     """K (or V) width held by one TP rank: kv/t, but at least one whole head. When t > g, Megatron replicates
     each KV head over t/g ranks (transformer_config.py: query groups divide or are divided by TP)."""

@@ -79,11 +79,13 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     f = np.asarray(c.get("rc_frac", 1.0))              # full recompute of this share of the layers
-    recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, 0.0))
+    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem)
+    recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, np.where(rc == 3, op, 0.0)))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
-    # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives.
+    # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives;
+    # torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
     act_bytes = e * s_rank * b * m.hidden
     tp_group = comm.span(t, 1, hw)
     ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
@@ -98,7 +100,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
     u = hw.overlap_slowdown_intra
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
-    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, 0.0)
+    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 
@@ -111,7 +113,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     ring of point-to-point steps (comm.ring_exchange_time_s) overlapped with the attention kernels (Ring Attention),
     so only what exceeds the attention time (and the overlap slowdown) is exposed. Llama 3 all-gathers K and V with
     a collective before attention (§3.3.2: on the critical path, small with GQA): Runtime.cp_comm_overlap = False.
-    Recomputing attention (selective or full) repeats the forward exchange.
+    Recomputing attention (selective or full) repeats the forward exchange; the per-op policy saves attention's output.
     """
     s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], c["recompute"]
     cp = np.asarray(c.get("cp", 1))
@@ -124,7 +126,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
     f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
-    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(rc >= 1, f * cp_fwd, 0.0)
+    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where((rc == 1) | (rc == 2), f * cp_fwd, 0.0)
     return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
 
 

@@ -21,16 +21,19 @@ from planner.errors import PlannerError
 # (Megatron-Core's tp-cp-dp-pp order); DP and PP take either order (cost.comm.placement_strides).
 PARALLEL_DIMS = ("tp", "cp", "pp", "dp")
 
-RECOMPUTE = ("none", "selective", "full")   # stored as 0, 1, 2 in candidate columns
+# Stored as 0-3 in candidate columns. "op" is torchtitan's per-op policy (selective_ac_option "op"): Megatron and
+# DeepSpeed cannot run it, so the search tries it only when pinned.
+RECOMPUTE = ("none", "selective", "full", "op")
+SEARCHED_RECOMPUTE = ("none", "selective", "full")
 FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
 def recompute_code(value: str | int) -> int:
-    """0 none, 1 selective, 2 full; the name (any case) or the code itself."""
+    """0 none, 1 selective, 2 full, 3 op; the name (any case) or the code itself."""
     if isinstance(value, str) and value.lower() in RECOMPUTE:
         return RECOMPUTE.index(value.lower())
-    if not isinstance(value, (bool, str)) and value in (0, 1, 2):
+    if not isinstance(value, (bool, str)) and value in range(len(RECOMPUTE)):
         return int(value)
     raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
 

@@ -25,7 +25,7 @@ def test_every_knob_list_is_derived_from_layout():
     ("tp", 0, "tp: got 0, expected a positive integer"),
     ("micro_batch", True, "micro_batch: got True, expected a positive integer"),
     ("sequence_parallel", 1, "sequence_parallel: got 1, expected True or False"),
-    ("recompute", "most", "recompute: got 'most', expected one of none, selective, full"),
+    ("recompute", "most", "recompute: got 'most', expected one of none, selective, full, op"),
     ("zero_stage", 5, "zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3"),
 ])
 def test_check_knobs_names_the_knob_as_written_in_files(knob, value, expected):
