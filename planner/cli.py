@@ -67,7 +67,8 @@ def plan(
     dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
     vpp: Optional[str] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full, or op (torchtitan's per-op policy; tried only when pinned)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full, or op "
+                                            "(torchtitan's per-op policy; tried only when pinned)."),
     recompute_layers: Optional[str] = typer.Option(None, "--recompute-layers", help="Full recompute of only the "
                                                    "first N layers of each pipeline chunk (Megatron block method)."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from planner.cost.pipeline import chunk_layers, stage_layers
+from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job
 
@@ -111,12 +111,12 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
             lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
     mode = {"none": "none", "selective": "selective", "full": "full", "op": "selective"}[row["recompute"]]
     k, chunk = int(row.get("recompute_layers", 0)), int(chunk_layers(m.layers, pp, v))
-    # torchtitan's layer SAC checkpoints every N-th block: the plan's share k/chunk when N = chunk/k is whole.
-    every = chunk // k if mode == "full" and 0 < k < chunk and chunk % k == 0 else 0
+    # torchtitan's layer SAC checkpoints every N-th block: the plan's k layers of a chunk when N = chunk // k does.
+    every = chunk // k if mode == "full" and 0 < k < chunk and every_nth_layers(chunk, chunk // k) == k else 0
     lines += ["", "[activation_checkpoint]", f'mode = "{"selective" if every or mode == "selective" else mode}"']
     if every:
         lines.append(f'selective_ac_option = "{every}"')
-        notes.append(f"# every {every}-th layer fully recomputed: the plan's share ({k} of each {chunk}-layer chunk), "
+        notes.append(f"# every {every}-th layer fully recomputed: the plan's {k} of each {chunk}-layer chunk, "
                      "spread over the chunk instead of its first layers")
     elif mode == "full" and k:
         notes.append(f"# torchtitan checkpoints every layer or every N-th one ('selective' with an integer option), "

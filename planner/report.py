@@ -18,7 +18,8 @@ from planner.whatif import suggestions
 CONVENTIONS = {
     "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention not halved for causality) / (step * GPUs * "
            "dense bf16 peak); excludes recomputation",
-    "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer; selective: attention core; op: every 2nd matmul)",
+    "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer, full(k): k per chunk; selective: attention "
+           "core; op: every 2nd matmul)",
     "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
 }
 _CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",

@@ -14,7 +14,7 @@ import numpy as np
 
 from planner import constraints
 from planner.cost.memory import MEMORY_PARTS
-from planner.cost.pipeline import stage_layers
+from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
@@ -157,13 +157,13 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
         list(ZERO_STAGES)[:1 + 3 * (dp * cp > 1)]
     names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
     grid = np.array(list(product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, zs)), dtype=np.int64)
-    grid, k = _with_recompute_layers(grid.reshape(-1, len(names)), pins, mid, names.index("recompute"),
-                                     names.index("vpp"))
+    grid, k = _with_recompute_layers(grid.reshape(-1, len(names)), pins, model.layers, names.index("recompute"),
+                                     names.index("pp"), names.index("vpp"))
     cols = {n: grid[:, i] for i, n in enumerate(names)}
     return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
 
 
-def _with_recompute_layers(grid, pins: Pins, stage_layers_: int, rc_col: int, vpp_col: int):
+def _with_recompute_layers(grid, pins: Pins, layers: int, rc_col: int, pp_col: int, vpp_col: int):
     """The rows and the layers each recomputes per pipeline chunk under full recompute: every layer (0); when
     recompute is open, also half of each chunk (Megatron's block method), a step between none and full (any other
     count is a pin away: it would cost the search a candidate per count). A pinned "full" means every layer, as
@@ -174,7 +174,7 @@ def _with_recompute_layers(grid, pins: Pins, stage_layers_: int, rc_col: int, vp
     k = np.zeros(len(grid), dtype=np.int64)
     if pins.recompute is not None or not full.any():
         return grid, k
-    chunk = np.maximum(stage_layers_ // grid[:, vpp_col], 1)          # chunk_layers, for this block's stage
+    chunk = chunk_layers(layers, grid[:, pp_col], grid[:, vpp_col])
     half = -(-chunk // 2)
     partial = full & (half < chunk)
     return np.concatenate([grid, grid[partial]]), np.concatenate([k, half[partial]])

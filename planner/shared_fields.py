@@ -14,34 +14,46 @@ def text_of(value) -> str:
     return "" if value is None else str(value).lower()
 
 
+_ORDINALS = {"other": 2, "2nd": 2, "second": 2, "3rd": 3, "third": 3}
+
+
 def recompute_mode(value) -> str | None:
-    """none | selective (Megatron's: the attention core) | full | "every N": every N-th layer fully (torchtitan's
-    "selective layer": selective_ac_option, default 2) | op (torchtitan's per-op policy, "selective op"); None
-    when unknown. Megatron's uniform method recomputes every layer (in groups): full. Micro-batch-level, custom and
-    partial policies are not expressible."""
+    """none | selective (Megatron's: the attention core) | full | op (torchtitan's per-op policy, "selective op") |
+    "every N" (every N-th layer fully: torchtitan's "selective layer", selective_ac_option / ac_freq N, default 2) |
+    "block N" (Megatron's block method: the first N layers of each pipeline chunk); None when unknown. Megatron's
+    uniform method recomputes every layer (in groups): full. Micro-batch-level, custom and other partial policies
+    are not expressible."""
     text = text_of(value).strip()
     if text in ("", "n/a", "na", "unknown", "not stated", "?"):
         return None
-    unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full, full of every n-th"
-                   " layer and torchtitan's per-op policy are modelled")
-    if re.search(r"\b(custom|micro-?batch(es)?|partial)\b", text):
+    unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full (of every layer, every"
+                   " n-th layer or the first n of each chunk) and torchtitan's per-op policy are modelled")
+    if re.search(r"\b(custom|micro-?batch(es)?|partial)\b|\d\s*%|\d+\s+of\s+\d+", text):
         raise unknown
+    if re.search(r"\buniform\b", text):
+        return "full"
+    if re.search(r"\bblock\b|recompute[_ -]num[_ -]layers|\bfirst\s+\d+", text):
+        n = re.search(r"(?:num[_ -]layers|first|block)\D{0,24}?(\d+)|(\d+)\s*layers?", text)
+        if not n or int(n.group(1) or n.group(2)) < 1:
+            raise unknown
+        return f"block {int(n.group(1) or n.group(2))}"
     if re.search(r"\b(op|ops)\b|per-op|op-level", text):
         if re.search(r"\b(full|none|layers?|every)\b", text):
             raise unknown
         return "op"
-    every = re.search(r"every\s+(\d+|other|2nd|second|3rd|third)(?:th|st|nd|rd)?\b|\bselective[ _-]layers?\b", text)
-    if every:
-        n = {"other": 2, "2nd": 2, "second": 2, "3rd": 3, "third": 3}.get(every.group(1), every.group(1) or 2)
-        if int(n) < 1:
+    freq = (re.search(r"(?:selective_ac_option|ac_freq)\W*(\d+)", text)
+            or re.search(r"every\s+(\d+|other|2nd|second|3rd|third)(?:th|st|nd|rd)?\b", text))
+    if freq or re.search(r"\bselective[ _-]layers?\b", text):
+        n = int(_ORDINALS.get(freq.group(1), freq.group(1))) if freq else 2
+        if n < 1:
             raise unknown
-        return "full" if int(n) == 1 else f"every {n}"
-    if re.search(r"every\s+layers?\b", text):
-        return "full"
-    if "selective" in text:
-        if re.search(r"\b(layers?|every)\b", text):
+        return "full" if n == 1 else f"every {n}"
+    if "selective" in text:                     # "every layer" only qualifies it
+        if re.search(r"\b(layers?|every)\b", re.sub(r"(on\s+)?every\s+layers?", "", text)):
             raise unknown
         return "selective"
+    if re.search(r"every\s+layers?\b", text):
+        return "full"
     for pattern, mode in ((r"\bfull\b", "full"), (r"\b(none|no|off|false|disabled)\b", "none"),
                           (r"^(true|yes|on)\b|checkpoint|recomput|remat", "full")):   # unqualified: every layer
         if re.search(pattern, text):

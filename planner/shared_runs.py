@@ -39,7 +39,7 @@ import math
 import re
 from typing import Any
 
-from planner.cost.pipeline import chunk_layers
+from planner.cost.pipeline import chunk_layers, every_nth_layers
 from planner.shared_fields import (
     Skip,
     flash_generation,
@@ -201,13 +201,7 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
                        ("zero_stage", zero_stage_of(run.get("zero_stage")))):
         if value is not None:
             layout[key] = value
-    if layout.get("recompute", "").startswith("every"):      # the same share as Megatron's block method
-        if "pp" not in layout:
-            raise Skip("recompute of every n-th layer needs pp stated (the share is counted per pipeline chunk)")
-        n, chunk = int(layout["recompute"].split()[1]), int(chunk_layers(_int(run, "layers"), layout["pp"],
-                                                                         layout.get("vpp", 1)))
-        layout.update(recompute="full", recompute_layers=-(-chunk // n))
-        notes["recompute"] = f"every {n}-th layer fully recomputed: full recompute of 1/{n} of each chunk"
+    _partial_recompute(run, layout, notes)
     # Unstated knobs that the stack of the day did not have are not searched (features and their dates:
     # selective recompute and sequence parallelism, Korthikanti et al. May 2022; Megatron's distributed
     # optimizer, 2022; DeepSpeed's pipeline engine runs only non-interleaved 1F1B).
@@ -221,6 +215,24 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
             stack = "DeepSpeed" if deepspeed and key in ("recompute", "sequence_parallel", "vpp") else year
             notes[key] = f"{value}: not stated; the {stack} stack had no alternative"
     return layout
+
+
+def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
+    """"block N" is Megatron's block method as stated; "every N" is the same share of each pipeline chunk, counted
+    on a stated pp with vpp 1 unless stated (a share pinned as a count must not move with a searched vpp)."""
+    mode, _, n = layout.get("recompute", "").partition(" ")
+    if mode == "block":
+        layout.update(recompute="full", recompute_layers=int(n))
+    elif mode == "every":
+        if "pp" not in layout:
+            raise Skip("recompute of every n-th layer needs pp stated (the share is counted per pipeline chunk)")
+        if "vpp" not in layout:
+            layout["vpp"] = 1
+            notes["vpp"] = "not stated: 1, so that the every-n-th-layer share keeps its meaning"
+        chunk = chunk_layers(_int(run, "layers"), layout["pp"], layout["vpp"])
+        layout.update(recompute="full", recompute_layers=int(every_nth_layers(chunk, int(n))))
+        notes["recompute"] = (f"every {n}-th layer fully recomputed: {layout['recompute_layers']} of each "
+                              f"{int(chunk)}-layer chunk (torchtitan counts every n-th block)")
 
 
 def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
@@ -272,14 +284,18 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
             break
     else:
         hfu = next((run[k] for k in ("measured_hfu", "measured_pct_of_peak") if run.get(k) and k not in derived), None)
-        if not hfu or layout.get("recompute") != "full":
+        if not hfu or layout.get("recompute") != "full" or layout.get("recompute_layers"):
             only = sorted(derived & {src for src, _ in _THROUGHPUT})
             raise Skip(f"throughput only derived by the dataset ({', '.join(only)} under `inferred`), not measured"
-                        if only else "no measured throughput (HFU alone needs full recompute to compare)")
+                        if only else "no measured throughput (HFU alone needs full recompute of every layer)")
         measured, recompute_counted = {"mfu": float(hfu)}, True
     if next(iter(measured)) in ("tflops_per_gpu", "mfu"):
+        if recompute_counted and layout.get("recompute_layers"):
+            raise Skip("a FLOP count with recompute in it, under partial recompute (the source's share is unknown)")
+        # torchtitan's early MFU counted the embeddings (later: get_num_params(exclude_embedding=True)).
+        embeddings = "torchtitan" in accounting and not re.search(r"exclud", accounting)
         extra["flops_convention"] = ("model_plus_full_recompute" if recompute_counted else "six_n" if six_n else
-                                     "all_params" if "torchtitan" in accounting else "model")
+                                     "all_params" if embeddings else "model")
         notes["flops_convention"] = f"{extra['flops_convention']} (from flops_accounting)"
         if not accounting and "neox" in text_of(run.get("framework")) and (year or 9999) <= 2022:
             extra["flops_convention"] = "gpt_neox_2021"          # the logger GPT-NeoX had before 2023

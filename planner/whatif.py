@@ -36,7 +36,7 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     if base["pp"] > 1 and mid > 0:
         for v in (2, 3, 4, 6, 8):
             if v != base["vpp"] and mid % v == 0:
-                out.append((f"VPP {v} interleaving", {**base, "vpp": v}))
+                out.append(_interleaved(base, v, mid // v, chunk))
     # Trade data parallelism for context parallelism (same GPUs): more micro-batches per pipeline and 1/CP of the
     # activations per rank, for the K/V exchange.
     if base["dp"] % 2 == 0:
@@ -49,6 +49,17 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         if mb >= 1:
             out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))
     return out
+
+
+def _interleaved(base: dict, v: int, new_chunk: int, chunk: int) -> tuple[str, dict]:
+    """VPP v; a partial recompute keeps its share of the (smaller) chunks, at least one layer, all of them stated
+    as every layer."""
+    k = base["rc_layers"]
+    if not k:
+        return f"VPP {v} interleaving", {**base, "vpp": v}
+    k = min(max(-(-k * new_chunk // chunk), 1), new_chunk)          # rounded up: never less memory saved
+    return (f"VPP {v} interleaving, full recompute of {k} of {new_chunk} layers per chunk",
+            {**base, "vpp": v, "rc_layers": 0 if k == new_chunk else k})
 
 
 def suggestions(ev, limit: int = 4) -> list[str]:

@@ -113,8 +113,9 @@ def _knob_of(label: str) -> dict:
         return {"recompute": "full", "recompute_layers": int(words[3])}
     if label.startswith("ZeRO-"):
         return {"zero_stage": int(label.removeprefix("ZeRO-"))}
-    if label.startswith("VPP "):
-        return {"vpp": int(words[1])}
+    if label.startswith("VPP "):                             # 'VPP 2 interleaving[, full recompute of k of n ...]'
+        extra = label.split(", ", 1)[1] if ", " in label else ""
+        return {"vpp": int(words[1]), **(_knob_of(extra) if extra else {})}
     if label.startswith("micro-batch "):
         return {"micro_batch": int(words[1])}
     if label.startswith("CP "):                              # 'CP 2 with DP 2': two degrees, same GPUs

@@ -95,10 +95,11 @@ def test_cli_pins_labels_and_exports_partial_recompute(capsys):
 
 @pytest.mark.parametrize("k, expected", [(2, ['mode = "selective"', 'selective_ac_option = "10"']),
                                          (4, ['mode = "selective"', 'selective_ac_option = "5"']),
-                                         (3, ['mode = "full"', "not the first 3"])])
+                                         (3, ['mode = "selective"', 'selective_ac_option = "6"']),
+                                         (7, ['mode = "full"', "not the first 7"])])
 def test_torchtitan_export_writes_every_nth_layer_when_the_share_is_the_same(k, expected):
-    """70B (80 layers) on PP 4: 20-layer chunks; 2 of 20 is every 10th layer (torchtitan's layer SAC), 3 of 20 has
-    no whole N, so full AC is written with a note."""
+    """70B (80 layers) on PP 4: 20-layer chunks; 2 of 20 is every 10th layer (torchtitan's layer SAC), 3 of 20 every
+    6th (blocks 6, 12, 18); no N checkpoints 7 of 20, so full AC is written with a note."""
     args = ["--model", "70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--dp", "4", "--recompute-layers", str(k)]
     out = runner.invoke(app, args + ["--export", "torchtitan"])
     assert out.exit_code == 0
@@ -112,3 +113,24 @@ def test_recompute_fraction_counts_layers_per_chunk():
     m = load_model("70b")
     c = {"pp": np.array([8, 8, 8, 8]), "vpp": np.array([2, 2, 1, 2]), "rc_layers": np.array([2, 0, 2, 9])}
     assert np.allclose(recompute_fraction(m, c), [0.4, 1.0, 0.2, 1.0])
+
+
+def test_an_edge_stage_one_layer_short_recomputes_its_share():
+    """405B on PP 4: (126 + 2)/4 = 32 slots, the edge stages hold 31 layers. k = 31 of a 32-layer chunk is every
+    layer of an edge stage; with VPP 2 (16-layer chunks, one of 15 on an edge stage) k = 8 is 16 of 31 there."""
+    from planner.cost.pipeline import block_recompute_share
+    assert block_recompute_share(31, 31, 32) == 1.0 and block_recompute_share(32, 31, 32) == 31 / 32
+    assert block_recompute_share(31, 8, 16, 2) == 16 / 31 and block_recompute_share(32, 8, 16, 2) == 0.5
+    assert block_recompute_share(31, 0, 32) == 1.0
+
+
+def test_what_if_interleaving_keeps_the_share_of_a_partial_recompute():
+    """70B TP2 PP8: 10-layer chunks, full(5). With VPP 2 the chunks hold 5 layers: the advice recomputes 3 of 5
+    (the share rounded up), not 5 of 5 (every layer) as a kept count would."""
+    from planner.evaluate import evaluate
+    from planner.whatif import _variants
+    ev = evaluate("70b", 64, tp=2, pp=8, dp=4, micro_batch=1, zero_stage=1, recompute="full", recompute_layers=5,
+                  vpp=1)
+    labels = {label: v for label, v in _variants(ev.row, ev.result.model)}
+    vpp2 = labels["VPP 2 interleaving, full recompute of 3 of 5 layers per chunk"]
+    assert vpp2["vpp"] == 2 and vpp2["rc_layers"] == 3

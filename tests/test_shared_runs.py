@@ -118,7 +118,8 @@ def test_gpu_names_pick_the_profile(gpu, profile):
     (dict(model="Acme 8B", ffn_hidden=None), "ffn_hidden"),
     (dict(recompute="selective, layers 1-4"), "only none"), (dict(recompute="every 0 layers"), "only none"),
     (dict(recompute="selective layer + micro-batches kept"), "only none"),
-    (dict(recompute="partial (every 2nd layer)"), "only none"),
+    (dict(recompute="partial (every 2nd layer)"), "only none"), (dict(recompute="full, 8 of 10 layers"), "only none"),
+    (dict(recompute="full AC on 50% of layers"), "only none"), (dict(recompute="block method"), "only none"),
     (dict(recompute="every 2nd layer", pp=None), "pp stated"),
 ])
 def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
@@ -133,7 +134,8 @@ def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     ("recompute_granularity=selective", "selective"), ("AC: none", "none"), ("none (no AC)", "none"),
     ("full (checkpoint-activations, 1 layer)", "full"), ("activation checkpointing", "full"),
     ("selective op", "op"), ("op-level SAC", "op"), ("per-op selective checkpointing", "op"),
-    ("every layer", "full"), ("full, every 1 layer", "full"),                   # every layer is plain full
+    ("every layer", "full"), ("uniform", "full"), ("Megatron uniform, every 4 layers", "full"),
+    ("selective, every layer", "selective"), ("selective recompute on every layer", "selective"), ("full, every 1 layer", "full"),
     ("full (uniform method, 2 layers per checkpoint)", "full"),             # Megatron uniform: all, grouped
 ])
 def test_recompute_words(text, code):
@@ -170,17 +172,34 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
     assert new["runtime"]["flash_attention"] is True and new["model"]["dropout"] is False
 
 
-@pytest.mark.parametrize("text, pp, vpp, expected", [("selective layer", 1, None, 48),   # torchtitan's default: 2
-                                                      ("every 4 layers", 4, None, 6), ("every 2 layers", 4, 2, 6),
-                                                      ("every other layer", 4, None, 12),
-                                                      ("every 2nd layer", 4, None, 12),
-                                                      ("every third layer", 4, None, 8)])
-def test_every_nth_layer_is_full_recompute_of_that_share(text, pp, vpp, expected):
+@pytest.mark.parametrize("text, layers, pp, vpp, expected", [
+    ("selective layer", 96, 1, None, 48),                      # torchtitan's default: every 2nd
+    ("every 4 layers", 96, 4, None, 6), ("every 2 layers", 96, 4, 2, 6), ("every other layer", 96, 4, None, 12),
+    ("every 2nd layer", 96, 4, None, 12), ("every third layer", 96, 4, None, 8),
+    ("selective layer, selective_ac_option 4", 96, 4, None, 6), ("selective layer (ac_freq=3)", 96, 4, None, 8),
+    ("every 3 layers", 30, 4, None, 2),                        # (30 + 2)/4 = 8 slots: blocks 3 and 6
+    ("selective layer", 25, 1, None, 12),                      # torchtitan: blocks 2, 4, ..., 24
+    ("recompute_num_layers 2 (block)", 96, 4, None, 2), ("full (block method, first 5 layers)", 96, 4, 2, 5),
+])
+def test_partial_recompute_phrasings_become_layers_per_chunk(text, layers, pp, vpp, expected):
     """GPT 175B has 96 layers: every 2nd of a PP-1 stage is 48, every 4th of a 24-layer stage 6, of a 12-layer chunk
-    (VPP 2) every 2nd is 6; rounded up to whole layers per chunk (Megatron's block method, same share)."""
-    run = _run(recompute=text, pp=pp, tp=8, vpp=vpp, num_gpus=8 * pp * 16)
+    (VPP 2) every 2nd is 6. torchtitan checkpoints block n, 2n, ...: floor(chunk / n) of a chunk. Megatron's block
+    method states its layers per chunk."""
+    run = _run(recompute=text, layers=layers, pp=pp, tp=8, vpp=vpp, num_gpus=8 * pp * 16)
     layout = convert_run(run)[0]["layout"]
     assert layout["recompute"] == "full" and layout["recompute_layers"] == expected
+
+
+def test_every_nth_layer_pins_vpp_and_hfu_needs_every_layer():
+    """A share pinned as a count must not move with a searched VPP; an HFU-only figure cannot say how much of a
+    partial recompute it counted."""
+    converted, _ = convert_run(_run(recompute="every 2nd layer", pp=4, num_gpus=512))
+    assert converted["layout"]["vpp"] == 1 and "vpp" in converted["assumptions"]
+    hfu_only = dict(iteration_time_s=None, measured_hfu=0.5, recompute="every 2nd layer")
+    assert "HFU alone" in convert_run(_run(**hfu_only))[1]
+    counted = dict(iteration_time_s=None, measured_tflops_per_gpu=150.0, flops_accounting="96*B*s*l*h^2",
+                   recompute="recompute_num_layers 4 (block)")
+    assert "partial recompute" in convert_run(_run(**counted))[1]
 
 
 @pytest.mark.parametrize("source, framework, gen", [
@@ -218,6 +237,7 @@ def test_megatron_pads_the_vocabulary_and_splits_the_model_parallel_size():
     ("HFU includes recompute (hardware FLOPs)", "model_plus_full_recompute"),
     ("MFU per PaLM", "model"), ("MFU: model FLOPs eq.(7) (excludes recompute); HFU: eq.(8)", "model"),
     ("MFU (6ND)", "six_n"), ("torchtitan: 6N + 12*L*h*s per token", "all_params"),   # N with the embeddings
+    ("torchtitan get_num_flop_per_token, 6N excluding embedding + 12Lhs", "model"),   # later torchtitan
 ])
 def test_flops_accounting_picks_the_convention(accounting, convention):
     tflops = dict(iteration_time_s=None, measured_tflops_per_gpu=140.0)

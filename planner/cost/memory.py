@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import params as P
-from planner.cost.pipeline import in_flight_layers, layers_per_stage, stage_layers
+from planner.cost.pipeline import block_recompute_share, chunk_layers, in_flight_layers, layers_per_stage, stage_layers
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Precision
 
@@ -119,7 +119,7 @@ def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Pre
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
-                     zero3_gather_unit="layer", cp=1, recompute_fraction=1.0):
+                     zero3_gather_unit="layer", cp=1, recompute_layers=0):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
@@ -131,18 +131,19 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     output head on the edge stages).
     Context parallelism (cp ranks) keeps s/cp tokens of every activation per rank (Megatron-Core: each rank stores
     the K and V of its own chunk and gathers them again in backward), and ZeRO shards over the dp·cp ranks that hold
-    the same weights. `recompute_fraction`: under full recompute, the share of layers recomputed (Megatron's block
-    method, --recompute-num-layers); the others store all their activations.
+    the same weights. `recompute_layers` k: under full recompute, only the first k layers of each pipeline chunk
+    are recomputed (Megatron's block method; 0: all), the others store all their activations; the share is per
+    stage (pipeline.block_recompute_share: an edge stage of an uneven split has one layer fewer).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
     seq_len = np.asarray(seq_len) / c                           # tokens per rank
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)
-    # Full recompute of a fraction f of the layers (block method): those keep their input, the rest everything.
-    f = np.where(np.asarray(recompute) == 2, recompute_fraction, 1.0)
-    act = f * act + (1 - f) * activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
-                                                         precision.activation_bytes)
+    act_none = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
+                                          precision.activation_bytes)
+    full = np.asarray(recompute) == 2
+    chunk = chunk_layers(m.layers, p, vpp)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
@@ -156,9 +157,11 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     best_parts, best_total, best_stage = None, None, None
     for states, layers_r, r in zip(stage_state_bytes(m, t, p, d * c, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
+        # Block method: a share f of this stage's layers keeps only its input, the rest everything.
+        f = np.where(full, block_recompute_share(layers_r, recompute_layers, chunk, vpp), 1.0)
         parts = {
             **states,
-            "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * act
+            "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * (f * act + (1 - f) * act_none)
             + np.where(r == p - 1, logits, 0.0),
             "other": overhead_bytes + work + np.where(zero3, transient, 0.0),
         }

@@ -32,6 +32,23 @@ def chunk_layers(layers, pp, vpp=1):
     return np.maximum(stage_layers(layers, pp)[1] // np.maximum(np.asarray(vpp), 1), 1)
 
 
+def block_recompute_share(layers_on_stage, k, chunk, vpp=1):
+    """Share of a stage's layers Megatron's block method (--recompute-num-layers k) recomputes: the first min(k,
+    chunk) of each of its vpp chunks; an edge stage one layer short (the embedding/loss accounting) has one chunk
+    of chunk − 1 layers, of which min(k, chunk − 1). k = 0 means every layer."""
+    n, k, chunk, v = (np.asarray(x) for x in (layers_on_stage, k, chunk, vpp))
+    short = np.clip(v * chunk - n, 0, 1)
+    done = (v - short) * np.minimum(k, chunk) + short * np.minimum(k, np.maximum(chunk - 1, 0))
+    return np.where(k > 0, done / np.maximum(n, 1), 1.0)
+
+
+def every_nth_layers(chunk, n):
+    """Layers of a chunk that checkpointing every n-th block recomputes (torchtitan's layer SAC: a block counter,
+    checkpointed when count % n == 0): ⌊chunk/n⌋, at least 1. The inverse, for an export: n = chunk/k when k divides
+    the chunk."""
+    return np.maximum(np.asarray(chunk) // np.asarray(n), 1)
+
+
 def layers_per_stage(layers, pp):
     """Layers on the (first, middle, last) stage, the three the memory and time maxima look at. One stage holds
     all L (the split is even); two stages have no middle one, so its entry repeats the first."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
-from planner.cost.pipeline import chunk_layers, layers_per_stage, stage_layers
+from planner.cost.pipeline import block_recompute_share, chunk_layers, layers_per_stage, stage_layers
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
@@ -126,7 +126,8 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
     f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
-    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where((rc == 1) | (rc == 2), f * cp_fwd, 0.0)
+    again = (rc == 1) | (rc == 2)                      # attention recomputed: the exchange repeats
+    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(again, f * cp_fwd, 0.0)
     return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
 
 
@@ -139,8 +140,7 @@ def recompute_fraction(m: ModelSpec, c: dict):
     """Share of a stage's layers that full recompute recomputes: k of the layers of each pipeline chunk (Megatron's
     block method, --recompute-num-layers k), all of them for k = 0."""
     chunk = chunk_layers(m.layers, c["pp"], c["vpp"])
-    k = np.asarray(c["rc_layers"])
-    return np.where(k > 0, np.minimum(k, chunk) / chunk, 1.0)
+    return block_recompute_share(stage_layers(m.layers, c["pp"])[1], c["rc_layers"], chunk, c["vpp"])
 
 
 def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
@@ -150,7 +150,7 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
-        runtime.zero3_gather_unit, c["cp"], recompute_fraction(m, c))
+        runtime.zero3_gather_unit, c["cp"], c["rc_layers"])
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
@@ -173,7 +173,10 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     first_last, middle, _ = layers_per_stage(m.layers, p)
     layers_max = stage_layers(m.layers, p)[1]
     logits = compute.logits_time_s(m, job.seq_len / cp, b, t, hw, e)
-    stage_comp = np.maximum(first_last * (fwd + bwd) + logits, middle * (fwd + bwd))
+    # An edge stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
+    edge_share = block_recompute_share(first_last, c["rc_layers"], chunk_layers(m.layers, p, v), v)
+    edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * first_last * (fwd + tp_fwd), 0.0)
+    stage_comp = np.maximum(first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd))
     stage_tp = middle * (tp_fwd + tp_bwd)
     stage_cp = middle * (cp_fwd + cp_bwd)
     stage_fwd = layers_max * (fwd + tp_fwd + cp_fwd)
