@@ -14,7 +14,7 @@ import json
 
 from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job
+from planner.specs.strategy import Job, Runtime
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
@@ -24,6 +24,9 @@ def unsupported(framework: str, row) -> str | None:
     pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
     if framework != "torchtitan" and row.get("recompute") == "op":
         return f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)"
+    if framework == "megatron" and pp > 1 and zero >= 2:
+        # Megatron-FSDP and pipeline parallelism are mutually exclusive (Megatron-LM PR #6081's run script).
+        return "Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism"
     if framework == "deepspeed":
         if int(row.get("cp", 1)) > 1:
             return "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)"
@@ -41,8 +44,8 @@ def unsupported(framework: str, row) -> str | None:
     return None
 
 
-def megatron_args(row, m: ModelSpec, job: Job) -> str:
-    """Megatron-LM command-line arguments for the layout."""
+def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> str:
+    """Megatron-LM command-line arguments for the layout (and the runtime features the plan priced)."""
     tp, cp, pp, dp, v = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp"))
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
@@ -54,6 +57,8 @@ def megatron_args(row, m: ModelSpec, job: Job) -> str:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
     if row["sequence_parallel"]:
         args.append("--sequence-parallel")
+        if runtime.tp_comm_overlap and tp > 1:
+            args.append("--tp-comm-overlap")
     if row["recompute"] == "selective":
         args.append("--recompute-granularity selective")
     elif row["recompute"] == "full" and int(row.get("recompute_layers", 0)):
@@ -116,7 +121,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
     lines += ["", "[activation_checkpoint]", f'mode = "{"selective" if every or mode == "selective" else mode}"']
     if every:
         lines.append(f'selective_ac_option = "{every}"')
-        notes.append(f"# every {every}-th layer fully recomputed: the plan's {k} of each {chunk}-layer chunk, "
+        nth = {1: "1st", 2: "2nd", 3: "3rd"}.get(every, f"{every}th")
+        notes.append(f"# every {nth} layer fully recomputed: the plan's {k} of each {chunk}-layer chunk, "
                      "spread over the chunk instead of its first layers")
     elif mode == "full" and k:
         notes.append(f"# torchtitan checkpoints every layer or every N-th one ('selective' with an integer option), "
@@ -170,11 +176,11 @@ def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
     return cfg, notes
 
 
-def export(framework: str, row, m: ModelSpec, job: Job) -> tuple[str, list[str]]:
+def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> tuple[str, list[str]]:
     """(text, notes) for `framework` (one of FRAMEWORKS). Megatron and torchtitan carry their notes as comments in
     the text; DeepSpeed's JSON cannot, so its notes come back separately."""
     if framework == "megatron":
-        return megatron_args(row, m, job), []
+        return megatron_args(row, m, job, runtime), []
     if framework == "torchtitan":
         return torchtitan_toml(row, m, job), []
     cfg, notes = deepspeed_config(row, m, job)
@@ -190,7 +196,7 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     best, overall = rows[0], result.table.iloc[0]
-    text, notes = export(framework, best, result.model, result.job)
+    text, notes = export(framework, best, result.model, result.job, result.runtime)
     if best["tokens_per_s"] < overall["tokens_per_s"]:
         notes.insert(0, f"best layout {framework} can run; the overall best "
                         f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "

@@ -78,7 +78,9 @@ def zero_stage_of(value) -> int | None:
     if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
         return 0
     m = re.search(r"(?:zero-?\s*|stage\s*|^)([0-3])\b", text)
-    return int(m.group(1)) if m else None
+    if not m:
+        raise Skip(f"zero_stage {value!r}: expected a ZeRO stage 0-3, FSDP, the distributed optimizer or none")
+    return int(m.group(1))
 
 
 # Generations a framework text names (a clause ends at , or ;): FlashAttention-2/3 ("flash-attn==2.3.3", "FA-2",

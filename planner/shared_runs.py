@@ -87,6 +87,26 @@ def is_shared_format(data: dict) -> bool:
     return any("num_gpus" in r or "gpu" in r for r in maps) and not any("hardware" in r for r in maps)
 
 
+# Fields that hold a number when stated (null: not stated). Checked first, so that a malformed value is named.
+_NUMBERS = ("num_gpus", "params_b", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "tp",
+            "cp", "pp", "dp", "ep", "vpp", "model_parallel_size", "micro_batch", "global_batch", "global_batch_tokens",
+            "iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
+            "measured_hfu", "measured_pct_of_peak", "memory_per_gpu_gib", "peak_tflops_assumed")
+
+
+def _check_numbers(run: dict) -> None:
+    for key in _NUMBERS:
+        value = run.get(key)
+        if value is None:
+            continue
+        try:
+            ok = not isinstance(value, bool) and math.isfinite(float(value)) and float(value) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise Skip(f"malformed run: {key} = {value!r}, expected a positive, finite number")
+
+
 def _int(run: dict, key: str) -> int:
     """A whole number (2.0 is 2); booleans and fractions are malformed, not silently truncated."""
     value = run[key]
@@ -300,10 +320,14 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
         if not accounting and "neox" in text_of(run.get("framework")) and (year or 9999) <= 2022:
             extra["flops_convention"] = "gpt_neox_2021"          # the logger GPT-NeoX had before 2023
             notes["flops_convention"] = "gpt_neox_2021: GPT-NeoX's logger of the day (6N + 60·s·h·L per token)"
-    if "mfu" in measured:
-        from planner.specs.hardware import load_hardware
+    from planner.specs.hardware import load_hardware
 
-        extra["peak_tflops"] = float(run.get("peak_tflops_assumed") or load_hardware(hardware).peak_flops / 1e12)
+    peak = load_hardware(hardware).peak_flops / 1e12
+    if "mfu" in measured:
+        extra["peak_tflops"] = float(run.get("peak_tflops_assumed") or peak)
+    if measured.get("mfu", 0) > 1 or measured.get("tflops_per_gpu", 0) > peak:
+        key, value = next(iter(measured.items()))
+        raise Skip(f"measured {key} {value:g} is above the {hardware} peak ({peak:g} TFLOP/s dense 16-bit)")
     if run.get("memory_per_gpu_gib"):
         measured["memory_gib"] = float(run["memory_per_gpu_gib"])
     return measured, extra
@@ -312,6 +336,7 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
 def convert_run(run: dict) -> tuple[dict | None, str | None]:
     """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
     try:
+        _check_numbers(run)
         if run.get("moe") and text_of(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
             raise Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):

@@ -75,8 +75,13 @@ def test_export_picks_the_best_layout_the_framework_can_run(capsys):
     assert res.exit_code == 0
     cfg = json.loads(res.stdout)
     assert cfg["zero_optimization"]["stage"] <= 1             # DeepSpeed: no ZeRO-2/3 with pipeline parallelism
-    row = {"pp": 2, "vpp": 1, "zero_stage": 3, "tp": 4, "sequence_parallel": True}
-    assert unsupported("deepspeed", row) and unsupported("megatron", row) is None
+    row = {"pp": 2, "vpp": 1, "zero_stage": 1, "tp": 4, "sequence_parallel": True}
+    assert unsupported("deepspeed", {**row, "vpp": 2}) and unsupported("megatron", row) is None
+    # Megatron-FSDP (ZeRO-2/3) and pipeline parallelism do not combine; DeepSpeed's pipeline has no ZeRO-2/3.
+    assert unsupported("megatron", {**row, "zero_stage": 2}) and unsupported("deepspeed", {**row, "zero_stage": 3})
+    assert unsupported("megatron", {**row, "pp": 1, "zero_stage": 3}) is None
+    megatron = runner.invoke(app, ["--model", "70b", "--gpus", "512", "--export", "megatron"]).stdout
+    assert not ("--use-megatron-fsdp" in megatron and "--pipeline-model-parallel-size 1 " not in megatron)
     assert_mentions(bad(capsys, "--model", "70b", "--gpus", "64", "--export", "jax"), "--export", "jax")
 
 
@@ -207,3 +212,18 @@ def test_tokens_budget_for_a_pinned_layout(capsys):
     assert doc["gpu_hours"] == pytest.approx(doc["time_to_train_days"] * 24 * 512, rel=1e-9)
     main(argv)
     assert "Training budget:" in capsys.readouterr().out
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported():
+    """Megatron asserts that TP communication overlap runs only with sequence parallelism: without SP the flag buys
+    nothing; with it, the step shrinks and the Megatron export carries --tp-comm-overlap."""
+    base = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "64", "--dp", "1", "--micro-batch", "1",
+            "--recompute", "full", "--zero", "0", "--vpp", "1"]
+
+    def step(*extra):
+        return json.loads(runner.invoke(app, base + list(extra) + ["--format", "json"]).stdout)["step_time_s"]
+    assert step("--no-sequence-parallel", "--tp-comm-overlap") == step("--no-sequence-parallel")
+    assert step("--sequence-parallel", "--tp-comm-overlap") < step("--sequence-parallel")
+    megatron = runner.invoke(app, base + ["--sequence-parallel", "--tp-comm-overlap", "--export", "megatron"]).stdout
+    assert "--tp-comm-overlap" in megatron
+    assert "--tp-comm-overlap" not in runner.invoke(app, base + ["--sequence-parallel", "--export", "megatron"]).stdout

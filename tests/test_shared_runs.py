@@ -111,7 +111,7 @@ def test_gpu_names_pick_the_profile(gpu, profile):
     (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
     (dict(iteration_time_s=None, tokens_per_s_per_gpu=900.0, inferred={"tokens_per_s_per_gpu": "from GPU-hours"}),
      "only derived"),
-    (dict(layers="many"), "malformed"), (dict(tp=2.5), "whole number"), (dict(layers=True), "whole number"),
+    (dict(layers="many"), "malformed"), (dict(tp=2.5), "whole number"), (dict(layers=True), "layers = True"),
     (dict(gpu="H200 NVL"), "PCIe"), (dict(zero_stage="HSDP"), "hybrid"), (dict(zero_stage="FSDP (dp_replicate=16)"),
                                                                             "hybrid"),
     (dict(precision="float8 (torchao)"), "FP8"), (dict(precision="TF32"), "16-bit"),
@@ -121,6 +121,11 @@ def test_gpu_names_pick_the_profile(gpu, profile):
     (dict(recompute="partial (every 2nd layer)"), "only none"), (dict(recompute="full, 8 of 10 layers"), "only none"),
     (dict(recompute="full AC on 50% of layers"), "only none"), (dict(recompute="block method"), "only none"),
     (dict(recompute="every 2nd layer", pp=None), "pp stated"),
+    (dict(num_gpus="lots"), "num_gpus = 'lots'"), (dict(hidden="big"), "hidden = 'big'"),
+    (dict(tp=[1, 2]), "tp = [1, 2]"), (dict(global_batch=0), "global_batch = 0"),
+    (dict(zero_stage="9"), "zero_stage '9'"),
+    (dict(iteration_time_s=None, measured_tflops_per_gpu=99999), "above the a100-80gb peak"),
+    (dict(iteration_time_s=None, measured_mfu=1.5), "above the"),
 ])
 def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     converted, why = convert_run(_run(**fields))

@@ -96,7 +96,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # Overlap: --tp-comm-overlap hides forward and backward collectives behind the GEMMs they feed; Megatron's
     # async backward hides the data-gradient all-reduce behind the weight-gradient GEMM (and, with SP, the input
     # all-gather behind the data-gradient GEMM) (Korthikanti §4.2.2).
-    hide = rt.tp_comm_overlap
+    hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
     bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
     u = hw.overlap_slowdown_intra
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
