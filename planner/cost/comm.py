@@ -68,6 +68,17 @@ def _span(size, stride, hw: HardwareSpec, hierarchical):
     return np.where(flat, 1, k), np.where(flat, np.asarray(size), nodes)
 
 
+def node_phase_share(span, hw: HardwareSpec):
+    """Share of a large collective's time in its in-node (NVLink) phase, for the group's (k, M) span: (k−1)/k/W_node
+    against (M−1)/M/(k·W_net) across the nodes (the bandwidth terms of _collective_time_s; formulas.md §4.1, §4.3).
+    1 for a group inside one node, 0 for a flat ring that leaves the node (k = 1)."""
+    k, nodes = (np.asarray(x, dtype=float) for x in span)
+    w_node, w_net = _bandwidths(hw)
+    node = (k - 1) / k / w_node
+    net = (nodes - 1) / nodes / k / w_net
+    return np.where(node + net > 0, node / np.maximum(node + net, 1e-300), 1.0)
+
+
 def _bandwidths(hw: HardwareSpec):
     return (hw.intra_bw_bytes_per_s * hw.intra_busbw_efficiency,
             hw.inter_bw_bytes_per_s * hw.inter_busbw_efficiency)

@@ -262,8 +262,10 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     edge = np.where(interleaved, v, buckets)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
-    # DP groups usually span nodes: the slowdown of network collectives applies (all in-node: the NVLink one).
-    u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    # A hierarchical collective spends part of its time on NVLink, which slows overlapped compute like any in-node
+    # collective, and the rest on the network: each phase brings its own slowdown (one group: no scaling past 100%).
+    share = comm.node_phase_share(group, hw)
+    u = share * hw.overlap_slowdown_intra + (1 - share) * hw.overlap_slowdown_inter
     gather = np.maximum(_exposed(ag, hide_params, u), ag / edge)
     plain = np.maximum(_exposed(ar, hide_grads, u), ar / edge)      # DDP: all-reduce after the last backward
     reduce = np.maximum(_exposed(rs, hide_grads, u), rs / edge)
