@@ -4,6 +4,7 @@ and the field, exit code 2, no traceback; YAML is read with safe_load only (pyth
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from cli_contract import assert_mentions, bad, run, write
@@ -127,6 +128,30 @@ def test_bad_hardware_path(capsys, tmp_path, kind):
         write(path, "gpu: {peak: [1,\n")
     line = bad(capsys, "--model", "8b", "--gpus", "8", "--hardware", path)
     assert_mentions(line, "--hardware", "hw.yaml")
+
+
+# --- file size: at most MAX_FILE_BYTES are read, so a device or a huge file is rejected at once -----------------
+
+@pytest.mark.parametrize("where", ["--model", "--hardware", "validate"])
+def test_oversized_file_is_rejected_naming_the_limit(capsys, tmp_path, where):
+    from planner.specs._files import MAX_FILE_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_bytes(b"name: x\n" + b"# padding\n" * (MAX_FILE_BYTES // 10))   # valid YAML, one limit + 8 bytes
+    assert path.stat().st_size > MAX_FILE_BYTES
+    argv = {"--model": ["--model", path, "--gpus", "8"], "--hardware": ["--model", "8b", "--gpus", "8", "--hardware",
+                                                                        path], "validate": ["validate", path]}[where]
+    line = bad(capsys, *argv)
+    assert_mentions(line, "huge.yaml", "larger than 4 MiB", f"{MAX_FILE_BYTES:,}",
+                    where if where != "validate" else "runs file")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("device, flag", [("/dev/zero", "--model"), ("/dev/urandom", "--hardware")])
+def test_character_device_is_read_only_up_to_the_limit(capsys, device, flag):
+    """A device's stat size is 0: the cap must come from the read itself, not from stat (this used to hang)."""
+    argv = ["--model", device, "--gpus", "8"] if flag == "--model" else ["--model", "8b", "--gpus", "8", flag, device]
+    assert_mentions(bad(capsys, *argv), flag, device, "larger than 4 MiB")
 
 
 def changed(cfg, **change):
