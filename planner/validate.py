@@ -9,6 +9,7 @@ Korthikanti/PaLM/torchtitan/MosaicML count model FLOPs), so predicted and measur
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -155,7 +156,41 @@ def load_runs_file(path: str | Path | None = None) -> RunsFile:
     data = read_mapping(p, "runs file")
     if is_shared_format(data):
         return _from_shared(data, p.name)
-    return validate(RunsFile, data, f"runs file {p.name}")
+    try:
+        runs = validate(RunsFile, data, f"runs file {p.name}")
+    except PlannerError as exc:                # a problem inside runs.N: name that run's id too
+        index = re.match(r".*: runs\.(\d+)(\.|$)", exc.field)
+        raw = data.get("runs")
+        run = raw[int(index.group(1))] if index and isinstance(raw, list) and int(index.group(1)) < len(raw) else None
+        if isinstance(run, dict) and run.get("id") is not None:
+            raise PlannerError(exc.field, f"{exc.message} (run {run['id']})") from None
+        raise
+    for i, run in enumerate(runs.runs):
+        check_measured(run, f"runs file {p.name}: runs.{i}.")
+    return runs
+
+
+def check_measured(run: "ValidationRun", prefix: str) -> None:
+    """A measured rate above what the GPU can execute (its highest dense peak) is a typo, not a measurement: it
+    would make the measured step impossibly short. An unknown hardware name is reported when the run is predicted."""
+    from planner.specs.hardware import load_hardware
+
+    m = run.measured
+    if m.tflops_per_gpu is None and m.mfu is None:
+        return
+    try:
+        hw = load_hardware(run.hardware)
+    except PlannerError:
+        return
+    dtype, peak = max(hw.peak_flops_by_dtype, key=lambda kv: kv[1])
+    if m.tflops_per_gpu is not None:
+        key, got, rate = "tflops_per_gpu", f"{m.tflops_per_gpu:,.6g} TFLOP/s per GPU", m.tflops_per_gpu
+    else:
+        key, got = "mfu", f"mfu {m.mfu:g} of peak_tflops {run.peak_tflops:,.6g} = {m.mfu * run.peak_tflops:,.6g} TFLOP/s"
+        rate = m.mfu * run.peak_tflops
+    if rate * 1e12 > peak * (1 + 1e-9):
+        raise PlannerError(f"{prefix}measured.{key}", f"run {run.id}: {got} is above {hw.name}'s dense {dtype} peak "
+                                                       f"of {peak / 1e12:,.6g} TFLOP/s; expected at most that")
 
 
 def _from_shared(data: dict, name: str) -> RunsFile:
@@ -174,7 +209,9 @@ def _from_shared(data: dict, name: str) -> RunsFile:
             skipped[run_id] = why
             continue
         try:
-            runs.append(validate(ValidationRun, converted, f"run {run_id}"))
+            run = validate(ValidationRun, converted, f"run {run_id}")
+            check_measured(run, f"run {run_id}: ")
+            runs.append(run)
         except PlannerError as exc:
             skipped[run_id] = str(exc)
     if not runs:
