@@ -57,6 +57,20 @@ MODEL_FILE_CASES = [
     ("bad-norm", "norm.yaml", PRESET_8B.read_text().replace("norm: rmsnorm", "norm: batchnorm"),
      ["norm", "batchnorm"]),
     ("not-utf8", "latin1.yaml", None, ["--model"]),
+    # strict types: YAML booleans, quoted numbers, floats and words are not silently coerced
+    ("bool-heads", "bh.yaml", PRESET_8B.read_text().replace("heads: 32", "heads: true"), ["heads", "integer", "True"]),
+    ("float-layers", "fl.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: 32.0"),
+     ["layers", "integer", "32.0"]),
+    ("quoted-layers", "ql.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: '32'"),
+     ["layers", "integer", "'32'"]),
+    ("word-gated-mlp", "gm.yaml", PRESET_8B.read_text().replace("gated_mlp: true", "gated_mlp: 'yes'"),
+     ["gated_mlp", "boolean", "'yes'"]),
+    ("int-tied-embeddings", "te.yaml", PRESET_8B.read_text().replace("tied_embeddings: false", "tied_embeddings: 0"),
+     ["tied_embeddings", "boolean", "0"]),
+    # the batch is a whole number of sequences, as --global-batch-tokens requires
+    ("batch-tokens-not-whole-sequences", "bt.yaml",
+     PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 100"),
+     ["global_batch_tokens", "100 tokens is not a whole number of 8192-token sequences"]),
 ]
 
 

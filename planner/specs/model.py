@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
@@ -57,9 +57,10 @@ class ModelSpec:
 # --- file schema ---------------------------------------------------------------------------------------------------
 
 class ModelFile(BaseModel):
-    """Schema of a model YAML file (the presets use it too)."""
+    """Schema of a model YAML file (the presets use it too). Strict types: `heads: true` or `gated_mlp: "yes"` is an
+    error naming the field, not 1 or True."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(min_length=1)
     aliases: list[str] = []
@@ -82,6 +83,15 @@ class ModelFile(BaseModel):
     qkv_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
+
+    @field_validator("global_batch_tokens")
+    @classmethod
+    def _whole_sequences(cls, tokens: int | None, info: ValidationInfo) -> int | None:
+        """The same rule as --global-batch-tokens: a batch is a whole number of sequences, never rounded."""
+        s = info.data.get("seq_len")
+        if tokens is not None and s and tokens % s:
+            raise ValueError(f"{tokens:,} tokens is not a whole number of {s}-token sequences (seq_len)")
+        return tokens
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelFile":
