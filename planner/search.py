@@ -106,6 +106,9 @@ def check_pins(pins: Pins, job: Job) -> None:
     if len(pinned) == len(PARALLEL_DIMS):
         layout.check_gpus(n)
     elif n % math.prod(pinned.values()):
+        alone = next((k for k, v in pinned.items() if n % v), None)
+        if alone is not None:                    # one pinned degree is the culprit on its own: name its flag
+            raise PlannerError(f"--{alone}", f"{alone}({pinned[alone]}) does not divide gpus({n})")
         terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
         raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} does not divide gpus({n})")
 
