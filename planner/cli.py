@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import Format, budget_options, float_flag, int_flag, output_format, parse_count
+from planner.flags import (Format, budget_options, float_flag, int_flag, output_format, parse_count,
+                           usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="plan", standalone_mode=False)
     except _USAGE_ERROR as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
+        print(f"error: {usage_error_line(exc)}", file=sys.stderr)
         code = EXIT_BAD_INPUT
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)

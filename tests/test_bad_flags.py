@@ -103,6 +103,22 @@ CLI_CASES = [
     ("recompute-some", M405 + ["--gpus", "512", "--recompute", "some"], ["--recompute", "some"]),
     ("zero-stage-5", M405 + ["--gpus", "512", "--zero", "5"], ["--zero", "5"]),
     ("gpus-many", M405 + ["--gpus", "many"], ["--gpus", "many"]),
+    # typer's own usage errors in the house format: "error: FLAG: message"
+    ("format-xml-house-format", M405 + ["--gpus", "512", "--format", "xml"],
+     ["error: --format: got 'xml', expected one of table, json, csv"]),
+    ("sweep-format-xml", ["sweep", "--model", "8b", "--gpus", "8", "--format", "xml"], ["error: --format: got 'xml'"]),
+    ("unknown-option", M405 + ["--gpus", "512", "--bogus"], ["error: --bogus: no such option", "plan --help"]),
+    ("unknown-option-near-miss", M405 + ["--gpus", "512", "--gpu", "8"], ["error: --gpu: no such option",
+                                                                           "did you mean --gpus"]),
+    ("option-without-value", M405 + ["--gpus"], ["error: --gpus: requires an argument"]),
+    ("switch-with-value", M405 + ["--gpus", "512", "--sequence-parallel=3"],
+     ["error: --sequence-parallel: does not take a value"]),
+    ("sweep-missing-model", ["sweep", "--gpus", "8"], ["error: --model: required"]),
+    ("unknown-command", ["frobnicate"], ["error: usage: No such command 'frobnicate'"]),
+    ("sweep-range-past-the-limit", ["sweep", "--model", "8b", "--gpus", "1..1000000000"],
+     ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
+    ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
+     ["error: --gpus:", "'100000000'", "expected at most 16,777,216"]),
 ]
 
 
@@ -306,3 +322,8 @@ def test_library_type_errors_are_planner_errors(kwargs, field):
     with pytest.raises(planner.PlannerError) as info:
         planner.search(model="8b", **kwargs)
     assert info.value.field == field
+
+
+def test_sweep_range_past_the_limit_restates_the_range_not_an_internal_count(capsys):
+    line = bad(capsys, "sweep", "--model", "8b", "--gpus", "1..1000000000")
+    assert not mentions_value(line, "33,554,432"), line       # the first doubled count past the limit
