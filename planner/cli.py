@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (Format, budget_options, float_flag, int_flag, output_format, parse_count,
+from planner.flags import (Format, budget_options, float_flag, hardware_list, int_flag, output_format, parse_count,
                            usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
@@ -152,9 +152,7 @@ def plan(
     if "," in hardware:
         from planner.sweep import compare_hardware
 
-        names = [h.strip() for h in hardware.split(",") if h.strip()]
-        if not names:
-            raise PlannerError("--hardware", f"got {hardware!r}, expected profile names separated by commas")
+        names = hardware_list(hardware)
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,

@@ -83,9 +83,12 @@ def budget_options(tokens, price, pue) -> dict:
 
 def output_format(fmt: "Format", output) -> "Format":
     """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
+    suffix = str(output).lower().rsplit(".", 1)[-1] if output is not None else ""
+    if suffix in ("json", "csv") and fmt is not Format.table and fmt.value != suffix:
+        raise PlannerError("--output", f"{output!r} names a .{suffix} file but --format is {fmt.value}; give one of "
+                                       "them, or make them agree")
     if output is None or fmt is not Format.table:
         return fmt
-    suffix = str(output).lower().rsplit(".", 1)[-1]
     if suffix in ("json", "csv"):
         return Format(suffix)
     raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
@@ -111,3 +114,15 @@ def usage_error_line(exc) -> str:
             return f"{flag}: got {choice.group(1)!r}, expected one of {choice.group(2).replace(chr(39), '')}"
         return f"{flag}: {message}"
     return f"usage: {message} (see plan --help)"
+
+
+def hardware_list(text: str) -> list[str]:
+    """--hardware a,b: the profile names to compare, each once (an empty or repeated entry is a mistake)."""
+    names = [h.strip() for h in str(text).split(",")]
+    if "" in names:
+        raise PlannerError("--hardware", f"got {text!r}, expected profile names separated by commas, none empty")
+    seen = [n.lower() for n in names]
+    repeated = next((n for i, n in enumerate(names) if seen[i] in seen[:i]), None)
+    if repeated is not None:
+        raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
+    return names

@@ -108,9 +108,13 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    rows = []
+    rows, given = [], {}
     for name in hardware_names:
         hw = load_hardware(name)
+        if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
+            raise PlannerError("--hardware", f"{given[hw.name]!r} and {name!r} are the same profile ({hw.name}); "
+                                             "expected each profile once")
+        given[hw.name] = name
         r = run_search(model, gpus, hardware=hw, find_min_gpus=False, **search_kwargs)
         row = {"hardware": hw.name, "gpus": gpus}
         if len(r.table):

@@ -115,6 +115,20 @@ CLI_CASES = [
      ["error: --sequence-parallel: does not take a value"]),
     ("sweep-missing-model", ["sweep", "--gpus", "8"], ["error: --model: required"]),
     ("unknown-command", ["frobnicate"], ["error: usage: No such command 'frobnicate'"]),
+    # conflicting or repeated values are errors, not last-wins or duplicate rows
+    ("output-json-format-csv", ["--model", "8b", "--gpus", "8", "-o", "out.json", "--format", "csv"],
+     ["error: --output:", "out.json", "--format is csv"]),
+    ("sweep-output-csv-format-json", ["sweep", "--model", "8b", "--gpus", "8", "-o", "out.csv", "--format", "json"],
+     ["error: --output:", "out.csv", "--format is json"]),
+    ("validate-output-csv-format-json", ["validate", "-o", "out.csv", "--format", "json"], ["error: --output:", "csv"]),
+    ("hardware-listed-twice", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h100-sxm"],
+     ["error: --hardware:", "'h100-sxm' is listed twice"]),
+    ("hardware-alias-twice", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200,h100"],
+     ["error: --hardware:", "'h100-sxm' and 'h100' are the same profile"]),
+    ("hardware-trailing-comma", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,"],
+     ["error: --hardware:", "'h100-sxm,'", "none empty"]),
+    ("hardware-empty-middle", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,,b200"],
+     ["error: --hardware:", "none empty"]),
     ("sweep-range-past-the-limit", ["sweep", "--model", "8b", "--gpus", "1..1000000000"],
      ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
     ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
@@ -327,3 +341,13 @@ def test_library_type_errors_are_planner_errors(kwargs, field):
 def test_sweep_range_past_the_limit_restates_the_range_not_an_internal_count(capsys):
     line = bad(capsys, "sweep", "--model", "8b", "--gpus", "1..1000000000")
     assert not mentions_value(line, "33,554,432"), line       # the first doubled count past the limit
+
+
+def test_output_and_format_that_agree_still_write(capsys, monkeypatch, tmp_path):
+    from cli_contract import run
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", "out.csv", "--format", "csv")
+    assert code == 0, err
+    assert (tmp_path / "out.csv").read_text().startswith("tp,")
+    assert not (tmp_path / "out.json").exists()
