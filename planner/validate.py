@@ -24,7 +24,8 @@ from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
-from planner.specs.strategy import FLASH_GENERATIONS, Layout, Precision, Runtime, check_knobs
+from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
+                                    check_knobs)
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 # Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
@@ -99,7 +100,7 @@ class ValidationRun(_Strict):
     source_locator: str = ""
     model: ModelFile
     hardware: str
-    gpus: int = Field(ge=1)
+    gpus: int = Field(ge=1, le=MAX_GPUS)
     layout: RunLayout = RunLayout()
     runtime: RunRuntime
     precision: RunPrecision = RunPrecision()
@@ -132,7 +133,7 @@ class LayerTime(_Strict):
     hardware: str
     tp: int = Field(ge=1)
     micro_batch: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     sequence_parallel: bool
     recompute: Literal["none", "selective", "full"]
     flash_attention: bool = False
@@ -337,9 +338,17 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
                       **layout, **search_kwargs)
-    except PlannerError as exc:
-        return Prediction(run, None, measured, math.nan, searched, error=str(exc))
+    except PlannerError as exc:                  # name the run file's field, not the CLI flag behind it
+        field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field[2:].replace('-', '_')}"
+                                              if exc.field.startswith("--") else exc.field)
+        return Prediction(run, None, measured, math.nan, searched, error=f"{field}: {exc.message}")
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)
+
+
+_RUN_FIELDS = {"--hardware": "hardware", "--gpus": "gpus", "--seq-len": "model.seq_len",
+               "--global-batch": "model.global_batch", "--global-batch-tokens": "model.global_batch",
+               "--headroom-gib": "headroom_gib", "--zero": "layout.zero_stage",
+               "--sequence-parallel": "layout.sequence_parallel"}
 
 
 def summarize(preds: list[Prediction]) -> dict:

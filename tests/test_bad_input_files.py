@@ -67,6 +67,12 @@ MODEL_FILE_CASES = [
      ["gated_mlp", "boolean", "'yes'"]),
     ("int-tied-embeddings", "te.yaml", PRESET_8B.read_text().replace("tied_embeddings: false", "tied_embeddings: 0"),
      ["tied_embeddings", "boolean", "0"]),
+    # the job's bounds are the schema's: the error names the file's field, not --seq-len or --global-batch
+    ("seq-len-past-the-limit", "sl.yaml", PRESET_8B.read_text().replace("seq_len: 8192", "seq_len: 100000000"),
+     ["model file sl.yaml: seq_len", "16777216", "100000000"]),
+    ("batch-past-the-limit", "gb.yaml",
+     PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 40000000000000"),
+     ["model file gb.yaml: global_batch_tokens", "4,882,812,500 sequences", "at most 4,294,967,296"]),
     # the batch is a whole number of sequences, as --global-batch-tokens requires
     ("batch-tokens-not-whole-sequences", "bt.yaml",
      PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 100"),
