@@ -123,7 +123,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
-            f"global batch {job.global_batch} sequences ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
+            f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
         out.print(layouts_table(result.table.head(top), head))

@@ -366,7 +366,7 @@ def _invalid_layout_error(result: SearchResult) -> PlannerError:
     # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
     ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
     reason = ranked[0]
-    detail = "; ".join(f"{r} ({reasons[r]:,} layouts)" for r in ranked[:3])
+    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)})" for r in ranked[:3])
     named = [f for f in flags_of[reason] if f in pin_names]
     flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
     given = ", ".join(f"{p}={v}" for p, v in pinned.items())

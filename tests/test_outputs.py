@@ -141,7 +141,9 @@ def test_plots_are_valid_png_and_svg(tmp_path, capsys):
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ImportError
     line = bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "a.png")
-    assert 'pip install "planner[plot]"' in line
+    assert 'pip install ".[plot]"' in line                      # README's command (PyPI's "planner" is another project)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert 'pip install ".[plot]"' in readme
     assert not (tmp_path / "a.png").exists()
 
 
@@ -207,3 +209,18 @@ def test_tokens_budget_for_a_pinned_layout(capsys):
     assert doc["gpu_hours"] == pytest.approx(doc["time_to_train_days"] * 24 * 512, rel=1e-9)
     main(argv)
     assert "Training budget:" in capsys.readouterr().out
+
+
+def test_counts_of_one_are_singular(capsys):
+    from cli_contract import run
+
+    from planner.explain import rejection_summary
+
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--global-batch", "1", "--top", "1")
+    assert code == 0, err
+    assert "global batch 1 sequence (" in out and "1 sequences" not in out
+    line = bad(capsys, "--model", "405b", "--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "1", "--micro-batch", "3",
+               "--vpp", "1", "--recompute", "full", "--zero", "0", "--no-sequence-parallel")
+    assert "(1 layout)" in line and "layouts)" not in line, line
+    assert rejection_summary(1, {}, 1) == "1 layout considered, 1 fit."
+    assert rejection_summary(2, {}, 2).startswith("2 layouts considered")
