@@ -118,7 +118,7 @@ def plan(
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
-    from planner.search import Pins, require_valid, run_search
+    from planner.search import MAX_GPUS_TRIED, Pins, require_valid, run_search
     from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
 
     if recompute is not None:
@@ -203,8 +203,8 @@ def plan(
         _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
         if fmt is not Format.table:
-            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
-                  file=sys.stderr)
+            smallest = result.min_gpus_that_fit or f"none up to {MAX_GPUS_TRIED:,}"
+            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {smallest})", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 

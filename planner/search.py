@@ -29,6 +29,7 @@ DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
 MAX_MICRO_BATCH = 1024
+MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
 
 
 Pins = make_dataclass("Pins", [(f.name, f"{f.type} | None", field(default=None)) for f in fields(Layout)],
@@ -296,7 +297,7 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
 
 
 def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
-                          max_gpus=2**20) -> int | None:
+                          max_gpus=MAX_GPUS_TRIED) -> int | None:
     """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
     with a layout that fits (global batch kept), or None.
 
