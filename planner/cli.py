@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import Format, budget_options, float_flag, int_flag, output_format, parse_count
+from planner.flags import (Format, budget_options, float_flag, hardware_list, int_flag, output_format, parse_count,
+                           usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -117,7 +118,7 @@ def plan(
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
-    from planner.search import Pins, require_valid, run_search
+    from planner.search import MAX_GPUS_TRIED, Pins, require_valid, run_search
     from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
 
     if recompute is not None:
@@ -151,9 +152,7 @@ def plan(
     if "," in hardware:
         from planner.sweep import compare_hardware
 
-        names = [h.strip() for h in hardware.split(",") if h.strip()]
-        if not names:
-            raise PlannerError("--hardware", f"got {hardware!r}, expected profile names separated by commas")
+        names = hardware_list(hardware)
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,
@@ -204,8 +203,8 @@ def plan(
         _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
         if fmt is not Format.table:
-            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {result.min_gpus_that_fit})",
-                  file=sys.stderr)
+            smallest = result.min_gpus_that_fit or f"none up to {MAX_GPUS_TRIED:,}"
+            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {smallest})", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
@@ -381,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="plan", standalone_mode=False)
     except _USAGE_ERROR as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
+        print(f"error: {usage_error_line(exc)}", file=sys.stderr)
         code = EXIT_BAD_INPUT
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)

@@ -52,7 +52,8 @@ def why_first(table) -> str:
 
 def rejection_summary(considered: int, rejected: dict[str, int], kept: int) -> str:
     parts = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
-    return f"{considered:,} layouts considered, {kept:,} fit" + (f"; rejected: {parts}." if parts else ".")
+    return (f"{considered:,} layout{'s' * (considered != 1)} considered, {kept:,} fit"
+            + (f"; rejected: {parts}." if parts else "."))
 
 
 def bubble_line(row) -> str:

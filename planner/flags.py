@@ -6,6 +6,7 @@ restates the value (typer's would not).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from enum import Enum
@@ -82,9 +83,46 @@ def budget_options(tokens, price, pue) -> dict:
 
 def output_format(fmt: "Format", output) -> "Format":
     """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
+    suffix = str(output).lower().rsplit(".", 1)[-1] if output is not None else ""
+    if suffix in ("json", "csv") and fmt is not Format.table and fmt.value != suffix:
+        raise PlannerError("--output", f"{output!r} names a .{suffix} file but --format is {fmt.value}; give one of "
+                                       "them, or make them agree")
     if output is None or fmt is not Format.table:
         return fmt
-    suffix = str(output).lower().rsplit(".", 1)[-1]
     if suffix in ("json", "csv"):
         return Format(suffix)
     raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
+
+
+def usage_error_line(exc) -> str:
+    """A typer/click usage error (unknown option, missing value, bad choice) as 'FLAG: message', one line."""
+    message = " ".join(str(getattr(exc, "message", None) or exc).split()).removeprefix("Value error, ").rstrip(".")
+    name, param = getattr(exc, "option_name", None), getattr(exc, "param", None)
+    if name and hasattr(exc, "possibilities"):                    # NoSuchOption
+        close = difflib.get_close_matches(name, list(exc.possibilities or []), n=3, cutoff=0.7)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return f"{name}: no such option{hint} (see plan --help)"
+    if name:                                                      # BadOptionUsage: "Option '--gpus' requires ..."
+        return f"{name}: " + message.replace(f"Option '{name}' ", "")
+    if param is not None:
+        opts = [o for o in getattr(param, "opts", None) or [] if o.startswith("--")]
+        flag = opts[0] if opts else str(getattr(param, "name", "argument")).upper()
+        if not message or type(exc).__name__ == "MissingParameter":
+            return f"{flag}: required (see plan --help)"
+        choice = re.fullmatch(r"'(.*)' is not one of (.*)", message)
+        if choice:
+            return f"{flag}: got {choice.group(1)!r}, expected one of {choice.group(2).replace(chr(39), '')}"
+        return f"{flag}: {message}"
+    return f"usage: {message} (see plan --help)"
+
+
+def hardware_list(text: str) -> list[str]:
+    """--hardware a,b: the profile names to compare, each once (an empty or repeated entry is a mistake)."""
+    names = [h.strip() for h in str(text).split(",")]
+    if "" in names:
+        raise PlannerError("--hardware", f"got {text!r}, expected profile names separated by commas, none empty")
+    seen = [n.lower() for n in names]
+    repeated = next((n for i, n in enumerate(names) if seen[i] in seen[:i]), None)
+    if repeated is not None:
+        raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
+    return names

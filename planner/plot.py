@@ -1,4 +1,4 @@
-"""Figures (optional extra: pip install "planner[plot]"). matplotlib is imported only here, only when asked."""
+"""Figures (optional extra, from a checkout: pip install ".[plot]"). matplotlib is imported only here, only when asked."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise PlannerError("--plot", 'needs matplotlib, the optional extra: pip install "planner[plot]"') from None
+        raise PlannerError("--plot", 'needs matplotlib, the optional extra: pip install ".[plot]" (from the planner '
+                                     'checkout)') from None
     matplotlib.use("Agg")           # files only, no display
     import matplotlib.pyplot as plt
 

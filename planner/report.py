@@ -12,7 +12,7 @@ from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
-from planner.search import SearchResult
+from planner.search import MAX_GPUS_TRIED, SearchResult
 from planner.whatif import suggestions
 
 CONVENTIONS = {
@@ -123,7 +123,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
-            f"global batch {job.global_batch} sequences ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
+            f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
         out.print(layouts_table(result.table.head(top), head))
@@ -135,10 +135,13 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             best = result.closest.iloc[0]
             err.print(f"Closest: {layout_label(best)} needs {best['memory_gib']:.1f} GiB, "
                       f"{best['overflow_gib']:.1f} GiB over.")
+        unit = "hosts" if hw.gpus_per_host else "nodes"
         if result.min_gpus_that_fit:
-            unit = "hosts" if hw.gpus_per_host else "nodes"
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: "
                       f"{result.min_gpus_that_fit}.")
+        elif len(result.closest):
+            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: none up to "
+                      f"{MAX_GPUS_TRIED:,} GPUs, the most the search tries.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     out.print("MFU: model FLOPs (PaLM convention, causal attention not halved) / dense bf16 peak; memory in GiB.")
 

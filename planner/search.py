@@ -29,6 +29,7 @@ DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
 MAX_MICRO_BATCH = 1024
+MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
 
 
 Pins = make_dataclass("Pins", [(f.name, f"{f.type} | None", field(default=None)) for f in fields(Layout)],
@@ -106,6 +107,9 @@ def check_pins(pins: Pins, job: Job) -> None:
     if len(pinned) == len(PARALLEL_DIMS):
         layout.check_gpus(n)
     elif n % math.prod(pinned.values()):
+        alone = next((k for k, v in pinned.items() if n % v), None)
+        if alone is not None:                    # one pinned degree is the culprit on its own: name its flag
+            raise PlannerError(f"--{alone}", f"{alone}({pinned[alone]}) does not divide gpus({n})")
         terms = " * ".join(f"{k}({v})" for k, v in pinned.items())
         raise PlannerError("layout", f"{terms} = {math.prod(pinned.values())} does not divide gpus({n})")
 
@@ -293,7 +297,7 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
 
 
 def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
-                          max_gpus=2**20) -> int | None:
+                          max_gpus=MAX_GPUS_TRIED) -> int | None:
     """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
     with a layout that fits (global batch kept), or None.
 
@@ -363,7 +367,7 @@ def _invalid_layout_error(result: SearchResult) -> PlannerError:
     # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
     ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
     reason = ranked[0]
-    detail = "; ".join(f"{r} ({reasons[r]:,} layouts)" for r in ranked[:3])
+    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)})" for r in ranked[:3])
     named = [f for f in flags_of[reason] if f in pin_names]
     flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
     given = ", ".join(f"{p}={v}" for p, v in pinned.items())

@@ -9,6 +9,7 @@ import numpy as np
 from planner.cost import budget
 from planner.errors import PlannerError
 from planner.search import DEFAULT_HARDWARE, run_search
+from planner.specs.strategy import MAX_GPUS
 
 MAX_SWEEP_POINTS = 64
 
@@ -20,6 +21,8 @@ def parse_gpu_counts(text: str) -> list[int]:
         m = re.fullmatch(r"(\d+)\.\.(\d+)(?::(\d+))?", part)
         if m:
             lo, hi, step = int(m.group(1)), int(m.group(2)), m.group(3)
+            if hi > MAX_GPUS:                          # name what was typed, not the first count past the limit
+                raise PlannerError("--gpus", f"range {part!r} goes up to {hi:,} GPUs, expected at most {MAX_GPUS:,}")
             if lo < 1 or hi < lo or (step is not None and int(step) < 1):
                 raise PlannerError("--gpus", f"range {part!r} must be LOW..HIGH with 1 <= LOW <= HIGH (and STEP >= 1)")
             if step is not None and (hi - lo) // int(step) + 1 > MAX_SWEEP_POINTS:
@@ -32,6 +35,8 @@ def parse_gpu_counts(text: str) -> list[int]:
                     x *= 2
             else:
                 counts.extend(range(lo, hi + 1, int(step)))
+        elif part.isdigit() and int(part) > MAX_GPUS:
+            raise PlannerError("--gpus", f"got {part!r}, expected at most {MAX_GPUS:,}")
         elif part.isdigit() and int(part) >= 1:
             counts.append(int(part))
         else:
@@ -103,9 +108,13 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    rows = []
+    rows, given = [], {}
     for name in hardware_names:
         hw = load_hardware(name)
+        if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
+            raise PlannerError("--hardware", f"{given[hw.name]!r} and {name!r} are the same profile ({hw.name}); "
+                                             "expected each profile once")
+        given[hw.name] = name
         r = run_search(model, gpus, hardware=hw, find_min_gpus=False, **search_kwargs)
         row = {"hardware": hw.name, "gpus": gpus}
         if len(r.table):

@@ -9,6 +9,7 @@ Korthikanti/PaLM/torchtitan/MosaicML count model FLOPs), so predicted and measur
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -23,7 +24,8 @@ from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
 from planner.specs.model import ModelFile
-from planner.specs.strategy import FLASH_GENERATIONS, Layout, Precision, Runtime, check_knobs
+from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
+                                    check_knobs)
 
 BUNDLED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 # Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
@@ -98,7 +100,7 @@ class ValidationRun(_Strict):
     source_locator: str = ""
     model: ModelFile
     hardware: str
-    gpus: int = Field(ge=1)
+    gpus: int = Field(ge=1, le=MAX_GPUS)
     layout: RunLayout = RunLayout()
     runtime: RunRuntime
     precision: RunPrecision = RunPrecision()
@@ -131,7 +133,7 @@ class LayerTime(_Strict):
     hardware: str
     tp: int = Field(ge=1)
     micro_batch: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     sequence_parallel: bool
     recompute: Literal["none", "selective", "full"]
     flash_attention: bool = False
@@ -155,7 +157,41 @@ def load_runs_file(path: str | Path | None = None) -> RunsFile:
     data = read_mapping(p, "runs file")
     if is_shared_format(data):
         return _from_shared(data, p.name)
-    return validate(RunsFile, data, f"runs file {p.name}")
+    try:
+        runs = validate(RunsFile, data, f"runs file {p.name}")
+    except PlannerError as exc:                # a problem inside runs.N: name that run's id too
+        index = re.match(r".*: runs\.(\d+)(\.|$)", exc.field)
+        raw = data.get("runs")
+        run = raw[int(index.group(1))] if index and isinstance(raw, list) and int(index.group(1)) < len(raw) else None
+        if isinstance(run, dict) and run.get("id") is not None:
+            raise PlannerError(exc.field, f"{exc.message} (run {run['id']})") from None
+        raise
+    for i, run in enumerate(runs.runs):
+        check_measured(run, f"runs file {p.name}: runs.{i}.")
+    return runs
+
+
+def check_measured(run: "ValidationRun", prefix: str) -> None:
+    """A measured rate above what the GPU can execute (its highest dense peak) is a typo, not a measurement: it
+    would make the measured step impossibly short. An unknown hardware name is reported when the run is predicted."""
+    from planner.specs.hardware import load_hardware
+
+    m = run.measured
+    if m.tflops_per_gpu is None and m.mfu is None:
+        return
+    try:
+        hw = load_hardware(run.hardware)
+    except PlannerError:
+        return
+    dtype, peak = max(hw.peak_flops_by_dtype, key=lambda kv: kv[1])
+    if m.tflops_per_gpu is not None:
+        key, got, rate = "tflops_per_gpu", f"{m.tflops_per_gpu:,.6g} TFLOP/s per GPU", m.tflops_per_gpu
+    else:
+        key, got = "mfu", f"mfu {m.mfu:g} of peak_tflops {run.peak_tflops:,.6g} = {m.mfu * run.peak_tflops:,.6g} TFLOP/s"
+        rate = m.mfu * run.peak_tflops
+    if rate * 1e12 > peak * (1 + 1e-9):
+        raise PlannerError(f"{prefix}measured.{key}", f"run {run.id}: {got} is above {hw.name}'s dense {dtype} peak "
+                                                       f"of {peak / 1e12:,.6g} TFLOP/s; expected at most that")
 
 
 def _from_shared(data: dict, name: str) -> RunsFile:
@@ -174,7 +210,9 @@ def _from_shared(data: dict, name: str) -> RunsFile:
             skipped[run_id] = why
             continue
         try:
-            runs.append(validate(ValidationRun, converted, f"run {run_id}"))
+            run = validate(ValidationRun, converted, f"run {run_id}")
+            check_measured(run, f"run {run_id}: ")
+            runs.append(run)
         except PlannerError as exc:
             skipped[run_id] = str(exc)
     if not runs:
@@ -300,9 +338,17 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
                       **layout, **search_kwargs)
-    except PlannerError as exc:
-        return Prediction(run, None, measured, math.nan, searched, error=str(exc))
+    except PlannerError as exc:                  # name the run file's field, not the CLI flag behind it
+        field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field[2:].replace('-', '_')}"
+                                              if exc.field.startswith("--") else exc.field)
+        return Prediction(run, None, measured, math.nan, searched, error=f"{field}: {exc.message}")
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)
+
+
+_RUN_FIELDS = {"--hardware": "hardware", "--gpus": "gpus", "--seq-len": "model.seq_len",
+               "--global-batch": "model.global_batch", "--global-batch-tokens": "model.global_batch",
+               "--headroom-gib": "headroom_gib", "--zero": "layout.zero_stage",
+               "--sequence-parallel": "layout.sequence_parallel"}
 
 
 def summarize(preds: list[Prediction]) -> dict:

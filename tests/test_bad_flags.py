@@ -92,10 +92,47 @@ CLI_CASES = [
     ("validate-csv", ["validate", "--format", "csv"], ["--format", "table or json"]),
     ("unknown-model-far", ["--model", "406b", "--gpus", "512"], ["--model", "406b"]),
     ("unknown-hardware-far", M405 + ["--gpus", "512", "--hardware", "h101"], ["--hardware", "h101"]),
-    ("tp-3-not-dividing-gpus", M405 + ["--gpus", "512", "--tp", "3"], ["layout", "tp(3)", "512"]),
+    # one pinned degree that does not divide the GPU count is named by its flag; a product of pins by "layout"
+    ("tp-3-not-dividing-gpus", M405 + ["--gpus", "512", "--tp", "3"], ["error: --tp:", "tp(3)", "512"]),
+    ("pp-5-not-dividing-gpus", M405 + ["--gpus", "512", "--pp", "5"], ["error: --pp:", "pp(5)", "512"]),
+    ("cp-3-not-dividing-gpus", M405 + ["--gpus", "512", "--cp", "3"], ["error: --cp:", "cp(3)", "512"]),
+    ("dp-3-not-dividing-gpus", M405 + ["--gpus", "512", "--dp", "3"], ["error: --dp:", "dp(3)", "512"]),
+    ("one-of-two-pins-not-dividing", M405 + ["--gpus", "512", "--tp", "4", "--pp", "3"], ["error: --pp:", "pp(3)"]),
+    ("product-of-pins-not-dividing", M405 + ["--gpus", "512", "--tp", "4", "--cp", "4", "--pp", "64"],
+     ["error: layout:", "tp(4) * cp(4) * pp(64) = 1024", "gpus(512)"]),
     ("recompute-some", M405 + ["--gpus", "512", "--recompute", "some"], ["--recompute", "some"]),
     ("zero-stage-5", M405 + ["--gpus", "512", "--zero", "5"], ["--zero", "5"]),
     ("gpus-many", M405 + ["--gpus", "many"], ["--gpus", "many"]),
+    # typer's own usage errors in the house format: "error: FLAG: message"
+    ("format-xml-house-format", M405 + ["--gpus", "512", "--format", "xml"],
+     ["error: --format: got 'xml', expected one of table, json, csv"]),
+    ("sweep-format-xml", ["sweep", "--model", "8b", "--gpus", "8", "--format", "xml"], ["error: --format: got 'xml'"]),
+    ("unknown-option", M405 + ["--gpus", "512", "--bogus"], ["error: --bogus: no such option", "plan --help"]),
+    ("unknown-option-near-miss", M405 + ["--gpus", "512", "--gpu", "8"], ["error: --gpu: no such option",
+                                                                           "did you mean --gpus"]),
+    ("option-without-value", M405 + ["--gpus"], ["error: --gpus: requires an argument"]),
+    ("switch-with-value", M405 + ["--gpus", "512", "--sequence-parallel=3"],
+     ["error: --sequence-parallel: does not take a value"]),
+    ("sweep-missing-model", ["sweep", "--gpus", "8"], ["error: --model: required"]),
+    ("unknown-command", ["frobnicate"], ["error: usage: No such command 'frobnicate'"]),
+    # conflicting or repeated values are errors, not last-wins or duplicate rows
+    ("output-json-format-csv", ["--model", "8b", "--gpus", "8", "-o", "out.json", "--format", "csv"],
+     ["error: --output:", "out.json", "--format is csv"]),
+    ("sweep-output-csv-format-json", ["sweep", "--model", "8b", "--gpus", "8", "-o", "out.csv", "--format", "json"],
+     ["error: --output:", "out.csv", "--format is json"]),
+    ("validate-output-csv-format-json", ["validate", "-o", "out.csv", "--format", "json"], ["error: --output:", "csv"]),
+    ("hardware-listed-twice", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h100-sxm"],
+     ["error: --hardware:", "'h100-sxm' is listed twice"]),
+    ("hardware-alias-twice", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200,h100"],
+     ["error: --hardware:", "'h100-sxm' and 'h100' are the same profile"]),
+    ("hardware-trailing-comma", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,"],
+     ["error: --hardware:", "'h100-sxm,'", "none empty"]),
+    ("hardware-empty-middle", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,,b200"],
+     ["error: --hardware:", "none empty"]),
+    ("sweep-range-past-the-limit", ["sweep", "--model", "8b", "--gpus", "1..1000000000"],
+     ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
+    ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
+     ["error: --gpus:", "'100000000'", "expected at most 16,777,216"]),
 ]
 
 
@@ -299,3 +336,18 @@ def test_library_type_errors_are_planner_errors(kwargs, field):
     with pytest.raises(planner.PlannerError) as info:
         planner.search(model="8b", **kwargs)
     assert info.value.field == field
+
+
+def test_sweep_range_past_the_limit_restates_the_range_not_an_internal_count(capsys):
+    line = bad(capsys, "sweep", "--model", "8b", "--gpus", "1..1000000000")
+    assert not mentions_value(line, "33,554,432"), line       # the first doubled count past the limit
+
+
+def test_output_and_format_that_agree_still_write(capsys, monkeypatch, tmp_path):
+    from cli_contract import run
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", "out.csv", "--format", "csv")
+    assert code == 0, err
+    assert (tmp_path / "out.csv").read_text().startswith("tp,")
+    assert not (tmp_path / "out.json").exists()

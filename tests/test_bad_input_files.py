@@ -4,6 +4,7 @@ and the field, exit code 2, no traceback; YAML is read with safe_load only (pyth
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from cli_contract import assert_mentions, bad, run, write
@@ -56,6 +57,26 @@ MODEL_FILE_CASES = [
     ("bad-norm", "norm.yaml", PRESET_8B.read_text().replace("norm: rmsnorm", "norm: batchnorm"),
      ["norm", "batchnorm"]),
     ("not-utf8", "latin1.yaml", None, ["--model"]),
+    # strict types: YAML booleans, quoted numbers, floats and words are not silently coerced
+    ("bool-heads", "bh.yaml", PRESET_8B.read_text().replace("heads: 32", "heads: true"), ["heads", "integer", "True"]),
+    ("float-layers", "fl.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: 32.0"),
+     ["layers", "integer", "32.0"]),
+    ("quoted-layers", "ql.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: '32'"),
+     ["layers", "integer", "'32'"]),
+    ("word-gated-mlp", "gm.yaml", PRESET_8B.read_text().replace("gated_mlp: true", "gated_mlp: 'yes'"),
+     ["gated_mlp", "boolean", "'yes'"]),
+    ("int-tied-embeddings", "te.yaml", PRESET_8B.read_text().replace("tied_embeddings: false", "tied_embeddings: 0"),
+     ["tied_embeddings", "boolean", "0"]),
+    # the job's bounds are the schema's: the error names the file's field, not --seq-len or --global-batch
+    ("seq-len-past-the-limit", "sl.yaml", PRESET_8B.read_text().replace("seq_len: 8192", "seq_len: 100000000"),
+     ["model file sl.yaml: seq_len", "16777216", "100000000"]),
+    ("batch-past-the-limit", "gb.yaml",
+     PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 40000000000000"),
+     ["model file gb.yaml: global_batch_tokens", "4,882,812,500 sequences", "at most 4,294,967,296"]),
+    # the batch is a whole number of sequences, as --global-batch-tokens requires
+    ("batch-tokens-not-whole-sequences", "bt.yaml",
+     PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 100"),
+     ["global_batch_tokens", "100 tokens is not a whole number of 8192-token sequences"]),
 ]
 
 
@@ -98,6 +119,21 @@ HW_CASES = [
     ("fractional-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: 7.5", ["node.gpus_per_node", "7.5"]),
     ("efficiency-above-one", "gemm_fraction_of_peak: 0.57", "gemm_fraction_of_peak: 57",
      ["efficiency.gemm_fraction_of_peak", "57"]),
+    # fractions of a physical peak are in (0, 1]; more than the link or the GPU can do would shorten predicted time
+    ("inter-busbw-above-one", "inter_node_busbw_fraction: 0.94", "inter_node_busbw_fraction: 1.5",
+     ["efficiency.inter_node_busbw_fraction", "1.5", "less than or equal to 1"]),
+    ("intra-busbw-above-one", "intra_node_busbw_fraction: 0.82", "intra_node_busbw_fraction: 1.01",
+     ["efficiency.intra_node_busbw_fraction", "1.01", "less than or equal to 1"]),
+    ("hbm-fraction-above-one", "hbm_fraction_of_peak: 0.89", "hbm_fraction_of_peak: 1.2",
+     ["efficiency.hbm_fraction_of_peak", "1.2"]),
+    ("attention-fraction-above-one", "attention_fraction_of_peak: 0.35", "attention_fraction_of_peak: 1.1",
+     ["efficiency.attention_fraction_of_peak", "1.1"]),
+    ("busbw-zero", "inter_node_busbw_fraction: 0.94", "inter_node_busbw_fraction: 0",
+     ["efficiency.inter_node_busbw_fraction", "greater than 0"]),
+    ("overlap-slowdown-above-one", "overlap_slowdown_intra_node: 0.2", "overlap_slowdown_intra_node: 1.5",
+     ["efficiency.overlap_slowdown_intra_node", "1.5"]),
+    ("overlap-slowdown-negative", "overlap_slowdown_inter_node: 0.0", "overlap_slowdown_inter_node: -0.1",
+     ["efficiency.overlap_slowdown_inter_node", "-0.1"]),
     ("nan-bandwidth", "hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: .nan", ["gpu.hbm_bandwidth_tb_per_s"]),
     ("inf-tdp", "tdp_w: 700", "tdp_w: .inf", ["gpu.tdp_w"]),
     ("string-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: eighty", ["gpu.hbm_capacity_gib", "eighty"]),
@@ -127,6 +163,30 @@ def test_bad_hardware_path(capsys, tmp_path, kind):
         write(path, "gpu: {peak: [1,\n")
     line = bad(capsys, "--model", "8b", "--gpus", "8", "--hardware", path)
     assert_mentions(line, "--hardware", "hw.yaml")
+
+
+# --- file size: at most MAX_FILE_BYTES are read, so a device or a huge file is rejected at once -----------------
+
+@pytest.mark.parametrize("where", ["--model", "--hardware", "validate"])
+def test_oversized_file_is_rejected_naming_the_limit(capsys, tmp_path, where):
+    from planner.specs._files import MAX_FILE_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_bytes(b"name: x\n" + b"# padding\n" * (MAX_FILE_BYTES // 10))   # valid YAML, one limit + 8 bytes
+    assert path.stat().st_size > MAX_FILE_BYTES
+    argv = {"--model": ["--model", path, "--gpus", "8"], "--hardware": ["--model", "8b", "--gpus", "8", "--hardware",
+                                                                        path], "validate": ["validate", path]}[where]
+    line = bad(capsys, *argv)
+    assert_mentions(line, "huge.yaml", "larger than 4 MiB", f"{MAX_FILE_BYTES:,}",
+                    where if where != "validate" else "runs file")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("device, flag", [("/dev/zero", "--model"), ("/dev/urandom", "--hardware")])
+def test_character_device_is_read_only_up_to_the_limit(capsys, device, flag):
+    """A device's stat size is 0: the cap must come from the read itself, not from stat (this used to hang)."""
+    argv = ["--model", device, "--gpus", "8"] if flag == "--model" else ["--model", "8b", "--gpus", "8", flag, device]
+    assert_mentions(bad(capsys, *argv), flag, device, "larger than 4 MiB")
 
 
 def changed(cfg, **change):

@@ -153,3 +153,34 @@ def test_flash_attention_generation_flag(capsys):
     assert_mentions(bad(capsys, *args, "--flash-attention-gen", "3"), "--flash-attention-gen", "1 or 2")
     assert_mentions(bad(capsys, *args, "--no-flash-attention", "--flash-attention-gen", "1"),
                     "--flash-attention-gen", "needs FlashAttention")
+
+
+def test_counts_of_one_are_singular(capsys):
+    from cli_contract import bad, run
+
+    from planner.explain import rejection_summary
+
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--global-batch", "1", "--top", "1")
+    assert code == 0, err
+    assert "global batch 1 sequence (" in out and "1 sequences" not in out
+    line = bad(capsys, "--model", "405b", "--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "1", "--micro-batch", "3",
+               "--vpp", "1", "--recompute", "full", "--zero", "0", "--no-sequence-parallel")
+    assert "(1 layout)" in line and "layouts)" not in line, line
+    assert rejection_summary(1, {}, 1) == "1 layout considered, 1 fit."
+    assert rejection_summary(2, {}, 2).startswith("2 layouts considered")
+
+
+def test_nothing_fits_at_any_gpu_count_says_so(capsys, tmp_path):
+    """A model no GPU count up to the search's limit can hold still gets the 'Smallest GPU count' line."""
+    from cli_contract import run, write
+
+    from planner.search import MAX_GPUS_TRIED
+
+    huge = write(tmp_path / "huge.yaml", "name: huge\nlayers: 2\nhidden: 1000000\nffn_hidden: 10000000\nheads: 8\n"
+                                         "vocab: 1000000\nseq_len: 8192\nglobal_batch: 64\n")
+    code, out, err = run(capsys, "--model", huge, "--gpus", "8", "--top", "1")
+    assert code == 1, err
+    assert f"with a layout that fits: none up to {MAX_GPUS_TRIED:,} GPUs" in err, err
+    code, out, err = run(capsys, "--model", huge, "--gpus", "8", "--top", "1", "--format", "json")
+    assert code == 1 and json.loads(out)["min_gpus_that_fit"] is None
+    assert f"min GPUs that fit: none up to {MAX_GPUS_TRIED:,}" in err, err

@@ -146,7 +146,9 @@ def test_plots_are_valid_png_and_svg(tmp_path, capsys):
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ImportError
     line = bad(capsys, "--model", "8b", "--gpus", "64", "--plot", tmp_path / "a.png")
-    assert 'pip install "planner[plot]"' in line
+    assert 'pip install ".[plot]"' in line                      # README's command (PyPI's "planner" is another project)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert 'pip install ".[plot]"' in readme
     assert not (tmp_path / "a.png").exists()
 
 

@@ -184,3 +184,64 @@ def test_llama3_long_context_run_uses_context_parallelism(preds):
     p = preds["llama3_405b_16384gpu_cp16"]
     assert p.evaluation.row["cp"] == 16 and p.evaluation.row["cp_comm_s"] > 0 and p.fits
     assert abs(p.throughput_error) <= 0.2
+
+
+def _one_run_file(tmp_path, **change):
+    """The bundled A100 run measured in TFLOP/s (Narayanan 2021 Table 1, 1.7B), with `measured` etc. changed."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "narayanan2021_t1_1p7b")
+    assert run["hardware"] == "a100-80gb" and "tflops_per_gpu" in run["measured"]
+    run.update(change)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    return path
+
+
+@pytest.mark.parametrize("change, needles", [
+    pytest.param({"measured": {"tflops_per_gpu": 5000}}, ["runs.0.measured.tflops_per_gpu", "5,000", "a100-80gb",
+                                                          "312"], id="tflops-above-peak"),
+    pytest.param({"measured": {"mfu": 0.9}, "peak_tflops": 1000}, ["runs.0.measured.mfu", "900", "312"],
+                 id="mfu-times-stated-peak-above-hardware-peak"),
+    pytest.param({"measured": {"mfu": 1.5}, "peak_tflops": 312}, ["runs.0.measured.mfu", "1.5"], id="mfu-above-one"),
+])
+def test_validate_rejects_a_measured_rate_above_the_peak(tmp_path, capsys, change, needles):
+    line = bad_line(capsys, "validate", _one_run_file(tmp_path, **change))
+    assert_mentions(line, "mine.yaml", "run narayanan2021_t1_1p7b", *needles)
+
+
+def test_validate_accepts_a_measured_rate_below_the_peak(tmp_path):
+    res = runner.invoke(app, ["validate", str(_one_run_file(tmp_path, measured={"tflops_per_gpu": 300})),
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+
+
+def _run_file_with(tmp_path, **changes):
+    """The bundled Korthikanti 175B run as my_run, with dotted fields changed ("layout.recompute_layers": 200)."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "korthikanti2022_175b_full_recompute")
+    run["id"] = "my_run"
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        target = run
+        for part in path:
+            target = target.setdefault(part, {})
+        target[last] = value
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    return path
+
+
+@pytest.mark.parametrize("changes, needles", [
+    pytest.param({"hardware": "nope"}, ["run my_run: hardware:", "'nope'"], id="unknown-hardware"),
+    pytest.param({"layout.recompute_layers": 200}, ["run my_run: layout.recompute_layers:"], id="recompute-layers"),
+    pytest.param({"layout.recompute": "selective", "layout.recompute_layers": 2},
+                 ["run my_run: layout.recompute_layers:", "selective"], id="recompute-layers-not-full"),
+    pytest.param({"gpus": 100_000_000}, ["runs.0.gpus", "16777216", "run my_run"], id="gpus-past-the-limit"),
+    pytest.param({"model.seq_len": 20_000_000}, ["runs.0.model.seq_len", "16777216", "run my_run"],
+                 id="seq-len-past-the-job-limit"),
+    pytest.param({"model.global_batch": 10**11}, ["runs.0.model.global_batch", "4294967296"], id="batch-too-big"),
+])
+def test_run_file_errors_name_the_run_files_field_not_a_flag(tmp_path, capsys, changes, needles):
+    line = bad_line(capsys, "validate", _run_file_with(tmp_path, **changes))
+    assert_mentions(line, *needles)
+    assert " --" not in line.split(":", 3)[-2], f"a CLI flag names the field: {line}"

@@ -11,6 +11,11 @@ from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError
 
+# Input files are a few hundred KB at most (the bundled runs file is ~0.3 MB); anything larger is a wrong path
+# (a device, a log, a data set), and pure-Python YAML parses ~1 MB/s. Read at most one byte more than the limit:
+# stat sizes are 0 for /dev/zero and other character devices.
+MAX_FILE_BYTES = 4 * 2**20
+
 
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML or JSON file that must hold a mapping; raise PlannerError naming the file otherwise."""
@@ -23,7 +28,12 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     if is_dir:
         raise PlannerError(what, f"expected a file, got a directory: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise PlannerError(what, f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; expected a file of at "
+                                     f"most {MAX_FILE_BYTES:,} bytes")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlannerError(what, f"cannot read {path}: {exc}") from None
     if not text.strip():

@@ -64,8 +64,8 @@ class _Node(_Strict):
 class _Efficiency(_Strict):
     gemm_fraction_of_peak: float = Field(gt=0, le=1)
     hbm_fraction_of_peak: float = Field(gt=0, le=1)
-    intra_node_busbw_fraction: float = Field(gt=0, le=1.5)
-    inter_node_busbw_fraction: float = Field(gt=0, le=1.5)
+    intra_node_busbw_fraction: float = Field(gt=0, le=1)
+    inter_node_busbw_fraction: float = Field(gt=0, le=1)
     kernel_overhead_us: float = Field(default=0.0, ge=0, lt=1000)
     gemm_k_half: float = Field(default=0.0, ge=0, lt=1e6)
     attention_fraction_of_peak: float | None = Field(default=None, gt=0, le=1)

@@ -11,10 +11,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
+from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Used when a file gives no batch: 4 Mi tokens, the low end of the 4-60M tokens practice (formulas.md §8).
@@ -57,9 +58,10 @@ class ModelSpec:
 # --- file schema ---------------------------------------------------------------------------------------------------
 
 class ModelFile(BaseModel):
-    """Schema of a model YAML file (the presets use it too)."""
+    """Schema of a model YAML file (the presets use it too). Strict types: `heads: true` or `gated_mlp: "yes"` is an
+    error naming the field, not 1 or True."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(min_length=1)
     aliases: list[str] = []
@@ -72,9 +74,9 @@ class ModelFile(BaseModel):
     kv_heads: int | None = Field(default=None, ge=1, le=100_000)
     head_dim: int | None = Field(default=None, ge=1, le=100_000)
     vocab: int = Field(ge=1, le=100_000_000)
-    seq_len: int = Field(ge=1, le=100_000_000)
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)                       # the bounds of a job (--seq-len etc.)
     global_batch_tokens: int | None = Field(default=None, ge=1)
-    global_batch: int | None = Field(default=None, ge=1, description="sequences")
+    global_batch: int | None = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH, description="sequences")
     gated_mlp: bool = True
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
@@ -82,6 +84,18 @@ class ModelFile(BaseModel):
     qkv_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
+
+    @field_validator("global_batch_tokens")
+    @classmethod
+    def _whole_sequences(cls, tokens: int | None, info: ValidationInfo) -> int | None:
+        """The same rule as --global-batch-tokens: a batch is a whole number of sequences, never rounded."""
+        s = info.data.get("seq_len")
+        if tokens is not None and s and tokens % s:
+            raise ValueError(f"{tokens:,} tokens is not a whole number of {s}-token sequences (seq_len)")
+        if tokens is not None and s and tokens // s > MAX_GLOBAL_BATCH:
+            raise ValueError(f"{tokens:,} tokens are {tokens // s:,} sequences of {s} tokens, expected at most "
+                             f"{MAX_GLOBAL_BATCH:,}")
+        return tokens
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelFile":

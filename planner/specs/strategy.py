@@ -50,6 +50,9 @@ def zero_code(value: str | int) -> int:
     return int(match.group(1))
 
 
+MAX_GPUS, MAX_SEQ_LEN, MAX_GLOBAL_BATCH = 2**24, 2**24, 2**32     # sanity bounds of a job (flags and files)
+
+
 @dataclass(frozen=True)
 class Job:
     """What to train: GPU count, sequence length and global batch (sequences per optimizer step)."""
@@ -59,8 +62,8 @@ class Job:
     global_batch: int
 
     def __post_init__(self):
-        for name, value, upper in (("--gpus", self.gpus, 2**24), ("--seq-len", self.seq_len, 2**24),
-                                   ("--global-batch", self.global_batch, 2**32)):
+        for name, value, upper in (("--gpus", self.gpus, MAX_GPUS), ("--seq-len", self.seq_len, MAX_SEQ_LEN),
+                                   ("--global-batch", self.global_batch, MAX_GLOBAL_BATCH)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PlannerError(name, f"got {value!r}, expected a positive integer")
             if value > upper:

@@ -52,4 +52,5 @@ def test_a_runs_file_with_a_bad_knob_names_the_run_and_the_knob(tmp_path):
     path.write_text(yaml.safe_dump({"runs": [run]}))
     with pytest.raises(PlannerError) as err:
         load_runs(path)
-    assert str(err.value) == "runs file runs.yaml: runs.0.layout: zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3"
+    assert str(err.value) == ("runs file runs.yaml: runs.0.layout: zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3 "
+                              f"(run {run['id']})")
