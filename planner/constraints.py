@@ -36,9 +36,15 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).
         (f"context parallelism needs the sequence ({s}) divisible by 2 x CP", (cp == 1) | (s % (2 * cp) == 0)),
         ("context parallelism needs fused (flash) attention", (cp == 1) | bool(flash_attention)),
-        # torchtitan's per-op policy saves the fused attention kernel's output; unfused attention is not modelled.
+        # torchtitan's per-op policy saves the fused attention kernel's output (unfused attention is not modelled),
+        # runs TP only with SP, and saves aten.mm outputs: a biased linear (aten.addmm) would save nothing, and it
+        # does not restore the RNG state that recomputed dropout needs (preserve_rng_state=False).
         ("op-level recompute needs fused (flash) attention",
          (np.asarray(c["recompute"]) != 3) | bool(flash_attention)),
+        ("op-level recompute with TP needs sequence parallelism",
+         (np.asarray(c["recompute"]) != 3) | (t == 1) | np.asarray(sp, dtype=bool)),
+        ("op-level recompute needs a model without biases or dropout (torchtitan's Llama)",
+         (np.asarray(c["recompute"]) != 3) | (not (m.bias or m.qkv_bias or m.dropout))),
         ("sequence parallelism needs TP > 1", ~np.asarray(sp, dtype=bool) | (t > 1)),
         (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
          ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),
@@ -58,6 +64,8 @@ FIT_REASON = "does not fit in memory"
 # Which flags a broken rule points at (matched on the rule's leading words, most specific first).
 RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
               ("context parallelism", ("--cp", "--seq-len")),
+              ("op-level recompute with TP", ("--recompute", "--sequence-parallel", "--tp")),
+              ("op-level recompute needs a model", ("--recompute", "--model")),
               ("op-level recompute", ("--recompute", "--no-flash-attention")),
               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),

@@ -116,8 +116,10 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
             lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
     mode = {"none": "none", "selective": "selective", "full": "full", "op": "selective"}[row["recompute"]]
     k, chunk = int(row.get("recompute_layers", 0)), int(chunk_layers(m.layers, pp, v))
-    # torchtitan's layer SAC checkpoints every N-th block: the plan's k layers of a chunk when N = chunk // k does.
-    every = chunk // k if mode == "full" and 0 < k < chunk and every_nth_layers(chunk, chunk // k) == k else 0
+    # torchtitan's layer SAC checkpoints every N-th block of the rank (one counter over its v chunks): the plan's
+    # k layers per chunk when N = v·chunk // (v·k) checkpoints v·k of them.
+    rank, want = v * chunk, v * k
+    every = rank // want if mode == "full" and 0 < k < chunk and every_nth_layers(rank, rank // want) == want else 0
     lines += ["", "[activation_checkpoint]", f'mode = "{"selective" if every or mode == "selective" else mode}"']
     if every:
         lines.append(f'selective_ac_option = "{every}"')

@@ -37,7 +37,7 @@ def recompute_mode(value) -> str | None:
         if not n or int(n.group(1) or n.group(2)) < 1:
             raise unknown
         return f"block {int(n.group(1) or n.group(2))}"
-    if re.search(r"\b(op|ops)\b|per-op|op-level", text):
+    if re.search(r"\bop\b|per-op|op-level", text):
         if re.search(r"\b(full|none|layers?|every)\b", text):
             raise unknown
         return "op"

@@ -249,10 +249,12 @@ def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
         if "vpp" not in layout:
             layout["vpp"] = 1
             notes["vpp"] = "not stated: 1, so that the every-n-th-layer share keeps its meaning"
-        chunk = chunk_layers(_int(run, "layers"), layout["pp"], layout["vpp"])
-        layout.update(recompute="full", recompute_layers=int(every_nth_layers(chunk, int(n))))
-        notes["recompute"] = (f"every {n}-th layer fully recomputed: {layout['recompute_layers']} of each "
-                              f"{int(chunk)}-layer chunk (torchtitan counts every n-th block)")
+        v = int(layout["vpp"])
+        chunk = int(chunk_layers(_int(run, "layers"), layout["pp"], v))
+        per_rank = int(every_nth_layers(v * chunk, int(n)))       # one counter over the rank's v chunks
+        layout.update(recompute="full", recompute_layers=max(round(per_rank / v), 1))
+        notes["recompute"] = (f"every {n}-th layer fully recomputed: {per_rank} of the rank's {v * chunk} layers, "
+                              f"{layout['recompute_layers']} per {chunk}-layer chunk (torchtitan counts every n-th block)")
 
 
 def _runtime(run: dict, year: int | None, zero: int | None) -> dict:

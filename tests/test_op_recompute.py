@@ -83,3 +83,39 @@ def test_torchtitan_op_runs_are_bundled(run_id):
     from planner.validate import load_runs
     run = next(r for r in load_runs() if r.id == run_id)
     assert run.layout.recompute == "op" and run.flops_convention == "all_params"
+
+
+def test_recompute_time_is_the_three_unsaved_matmuls_and_the_elementwise_kernels():
+    """K (h x kv/t), output projection (q/t x h), up projection (h x F/t), plus the element-wise kernels' forward
+    time and one launch per recomputed kernel (3 GEMMs, 2 norms, 2 adds, the activation, RoPE)."""
+    from planner.cost.compute import gemm_time_s, op_recompute_time_s
+    m, hw, n = load_model("llama-3.1-70b"), load_hardware("h100-sxm"), 8192
+    gemms = gemm_time_s(n, 8192, 1024 / 2, hw) + gemm_time_s(n, 8192 / 2, 8192, hw) + gemm_time_s(n, 8192, 28672 / 2, hw)
+    assert op_recompute_time_s(m, 8192, 1, 2, hw, elementwise_s=1e-3) == pytest.approx(
+        gemms + 1e-3 + 9 * hw.kernel_overhead_s, rel=1e-12)
+
+
+def test_op_repeats_half_the_forward_tp_collectives():
+    """With TP + SP the forward moves two all-gathers and two reduce-scatters; the per-op policy keeps the
+    reduce-scatter outputs and repeats the all-gathers in the backward."""
+    from planner.cost.step import layer_times
+    from planner.specs.strategy import Runtime
+    m, hw, job = load_model("llama-3.1-70b"), load_hardware("h100-sxm"), Job(gpus=8, seq_len=8192, global_batch=8)
+    cols = {"tp": np.array([8, 8]), "micro_batch": np.array([1, 1]), "sp": np.array([True, True]),
+            "recompute": np.array([NONE, OP]), "cp": np.array([1, 1])}
+    _, _, tp_fwd, tp_bwd = layer_times(m, hw, job, cols, Runtime())
+    assert tp_bwd[1] - tp_bwd[0] == pytest.approx(0.5 * tp_fwd[0], rel=1e-12)
+
+
+def test_op_recompute_rules(capsys):
+    """torchtitan runs TP only with SP, and its policy saves aten.mm outputs of a bias-free, dropout-free model."""
+    assert_mentions(bad(capsys, "--model", "8b", "--gpus", "64", "--recompute", "op", "--tp", "8",
+                        "--no-sequence-parallel", "--pp", "1"), "sequence parallelism")
+    assert_mentions(bad(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--recompute", "op"), "biases")
+
+
+def test_working_memory_is_never_negative():
+    """At TP 8 the per-op policy keeps more than no recompute (the down projection's partial sum): no transient."""
+    m = load_model("llama-3.1-405b")
+    assert memory.recompute_working_bytes(m, 8192, 1, 8, True, OP) == 0.0
+    assert memory.recompute_working_bytes(m, 8192, 1, 1, False, OP) > 0.0

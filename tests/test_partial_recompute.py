@@ -1,6 +1,7 @@
 """Partial full recompute (Megatron --recompute-method block --recompute-num-layers k): the first k layers of each
 pipeline chunk are recomputed, the others keep all their activations. Between none and full in memory and time."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -134,3 +135,44 @@ def test_what_if_interleaving_keeps_the_share_of_a_partial_recompute():
     labels = {label: v for label, v in _variants(ev.row, ev.result.model)}
     vpp2 = labels["VPP 2 interleaving, full recompute of 3 of 5 layers per chunk"]
     assert vpp2["vpp"] == 2 and vpp2["rc_layers"] == 3
+
+
+def test_edge_stage_memory_and_time_use_their_own_share():
+    """405B on PP 4 ((126 + 2)/4 = 32 slots; edge stages hold 31 layers) with k = 8: the first stage, the peak,
+    recomputes 8 of its 31 layers (8 of 32 is the middle share). An 8B with 6 layers and a 256K vocabulary on
+    PP 4 ((6 + 2)/4 = 2 slots, 1-layer edge stages) with k = 1: the last stage recomputes its one layer where the
+    middle share is 1/2, and with the large logits it paces the step."""
+    from planner.cost.compute import logits_time_s
+    from planner.cost.pipeline import in_flight_layers
+    from planner.cost.step import layer_times, step_columns
+    from planner.specs.strategy import Runtime
+    m = load_model("llama-3.1-405b")
+    parts, stage = memory.memory_breakdown(m, 8192, 8, 4, 16, 1, 32, 1, True, 2, 1, Precision(), recompute_layers=8)
+    full, none = (memory.activation_bytes_per_layer(m, 8192, 1, 8, True, rc) for rc in (2, 0))
+    per_mb = 8 * full + 23 * none
+    assert stage == 0 and parts["activations"] == pytest.approx(in_flight_layers(31, 0, 4, 32, 1) / 31 * per_mb,
+                                                                rel=1e-12)
+    m = dataclasses.replace(load_model("llama-3.1-8b"), layers=6, vocab=256_000)
+    job = Job(gpus=64, seq_len=8192, global_batch=512)
+    cols = _cols(m, 1, 4, 16, 1, 2, 1)
+    out = step_columns(m, HW, job, cols, Precision())
+    fwd, bwd, tp_fwd, _ = layer_times(m, HW, job, {**cols, "rc_frac": np.array([1 / 2])}, Runtime())
+    last = 1 * (fwd + bwd) + 1 * (1 - 1 / 2) * (fwd + tp_fwd) + logits_time_s(m, 8192, 1, 1, HW)
+    assert out["compute_s"][0] / out["num_microbatches"][0] == pytest.approx(last[0], rel=1e-9)
+
+
+def test_hfu_counts_each_stage_share():
+    """405B on PP 16 with k = 2: edge stages recompute 2 of 7, the 14 middle ones 2 of 8: 32 of 126 layers."""
+    from planner.cost.pipeline import model_recompute_share
+    assert model_recompute_share(126, 16, 2) == pytest.approx(32 / 126)
+    assert model_recompute_share(126, 16, 0) == 1.0 and model_recompute_share(80, 1, 10) == pytest.approx(10 / 80)
+
+
+@pytest.mark.parametrize("k, expected", [(1, ['selective_ac_option = "5"']), (2, ['mode = "full"', "not the first 2"])])
+def test_torchtitan_counts_every_nth_block_over_the_rank(k, expected):
+    """70B on PP 8 with VPP 2: two 5-layer chunks per rank and one block counter: every 5th block is 2 of the
+    rank's 10 (k = 1 per chunk); no N checkpoints 4 of 10 (every 2nd is 5), so k = 2 stays full AC."""
+    args = ["--model", "70b", "--gpus", "128", "--tp", "4", "--pp", "8", "--dp", "4", "--vpp", "2", "--micro-batch",
+            "1", "--recompute-layers", str(k), "--export", "torchtitan"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0 and all(text in out.stdout for text in expected), out.stdout

@@ -139,6 +139,7 @@ def test_runs_it_cannot_express_are_skipped_with_the_reason(fields, reason):
     ("recompute_granularity=selective", "selective"), ("AC: none", "none"), ("none (no AC)", "none"),
     ("full (checkpoint-activations, 1 layer)", "full"), ("activation checkpointing", "full"),
     ("selective op", "op"), ("op-level SAC", "op"), ("per-op selective checkpointing", "op"),
+    ("selective (core attention ops)", "selective"),                        # Megatron's, in plain words
     ("every layer", "full"), ("uniform", "full"), ("Megatron uniform, every 4 layers", "full"),
     ("selective, every layer", "selective"), ("selective recompute on every layer", "selective"), ("full, every 1 layer", "full"),
     ("full (uniform method, 2 layers per checkpoint)", "full"),             # Megatron uniform: all, grouped

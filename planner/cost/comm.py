@@ -68,15 +68,27 @@ def _span(size, stride, hw: HardwareSpec, hierarchical):
     return np.where(flat, 1, k), np.where(flat, np.asarray(size), nodes)
 
 
-def node_phase_share(span, hw: HardwareSpec):
-    """Share of a large collective's time in its in-node (NVLink) phase, for the group's (k, M) span: (k−1)/k/W_node
-    against (M−1)/M/(k·W_net) across the nodes (the bandwidth terms of _collective_time_s; formulas.md §4.1, §4.3).
-    1 for a group inside one node, 0 for a flat ring that leaves the node (k = 1)."""
-    k, nodes = (np.asarray(x, dtype=float) for x in span)
-    w_node, w_net = _bandwidths(hw)
-    node = (k - 1) / k / w_node
-    net = (nodes - 1) / nodes / k / w_net
+def node_phase_share(span, hw: HardwareSpec, nbytes=1e12, count=1):
+    """Share of a collective's bandwidth time spent in its in-node (NVLink) phase, for the group's (k, M) span and
+    calls of nbytes/count bytes (the terms of _phase_times). 1 for a group inside one node, 0 for a flat ring that
+    leaves the node (k = 1)."""
+    node, net = _phase_times(nbytes, span, hw, count, 1)
     return np.where(node + net > 0, node / np.maximum(node + net, 1e-300), 1.0)
+
+
+def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, ring=False):
+    """Share of overlapped communication time that still delays compute (Calculon's processor_usage): each link
+    slows the compute beside it for as long as it is busy, at the profile's NVLink or network value. A hierarchical
+    collective runs its phases one after the other: the values mixed by node_phase_share. A ring exchange (CP) that
+    leaves the node moves each step over NVLink and NICs at once and waits for the NIC (ring_exchange_time_s): a
+    rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node)."""
+    if ring:
+        _, nodes = span
+        w_node, w_net = _bandwidths(hw)
+        crossing = np.maximum(hw.overlap_slowdown_inter, hw.overlap_slowdown_intra * w_net / w_node)
+        return np.where(np.asarray(nodes) > 1, crossing, hw.overlap_slowdown_intra)
+    share = node_phase_share(span, hw, nbytes, count)
+    return share * hw.overlap_slowdown_intra + (1 - share) * hw.overlap_slowdown_inter
 
 
 def _bandwidths(hw: HardwareSpec):
@@ -93,6 +105,18 @@ def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
             + net_steps * hw.inter_step_latency_s)
 
 
+def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
+    """(in-node, network) bandwidth time of a hierarchical collective of S bytes in `count` calls (formulas.md §4.1,
+    §4.3): rounds·(k−1)/k·S/W_node and rounds·(M−1)/M·(S/k)/W_net, each slowed for small calls (see below)."""
+    k, nodes = span
+    w_node, w_net = _bandwidths(hw)
+    s = np.asarray(nbytes, dtype=float)
+    call = s / np.maximum(count, 1)
+    node = rounds * (k - 1) / k * s / w_node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
+    net = rounds * (nodes - 1) / nodes * (s / k) / w_net * (1 + hw.inter_half_bw_bytes / np.maximum(call / k, 1.0))
+    return node, net
+
+
 def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchical, rounds, span=None):
     """rounds = 1: reduce-scatter or all-gather; 2: all-reduce (RS + AG, tree latency across nodes).
 
@@ -103,11 +127,7 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     0, the plateau: the references hold no measured curve per fabric, so collectives of a few MB are optimistic.
     """
     k, nodes = span if span is not None else _span(size, stride, hw, hierarchical)
-    w_node, w_net = _bandwidths(hw)
-    s = np.asarray(nbytes, dtype=float)
-    call = s / np.maximum(count, 1)
-    node = rounds * (k - 1) / k * s / w_node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
-    net = rounds * (nodes - 1) / nodes * (s / k) / w_net * (1 + hw.inter_half_bw_bytes / np.maximum(call / k, 1.0))
+    node, net = _phase_times(nbytes, (k, nodes), hw, count, rounds)
     t = node + net + count * _latency(k, nodes, hw, rounds, rounds == 2)
     return np.where(np.asarray(size) > 1, t, 0.0)
 

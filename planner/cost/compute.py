@@ -139,13 +139,13 @@ def _elementwise_kernels(m: ModelSpec) -> int:
     return 5 + (0 if m.learned_positions else 1)
 
 
-def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise=0.0):
+def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise_s=0.0):
     """Backward-time recompute of torchtitan's per-op policy, one layer: the three matmuls it does not save (K, the
     output projection, the MLP's second matmul; params.op_recompute_matmul_params), TP-sharded, plus every
-    element-wise kernel (`elementwise`: their forward time), whose outputs it does not save either."""
+    element-wise kernel (`elementwise_s`: their forward time), whose outputs it does not save either."""
     n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
     mlp = (gemm_time_s(n, m.hidden, m.ffn_hidden / t, hw, elem_bytes) if m.gated_mlp
            else gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
     gemms = (gemm_time_s(n, m.hidden, kv_dim_per_rank(m, t), hw, elem_bytes)
              + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes) + mlp)
-    return gemms + elementwise + (3 + _elementwise_kernels(m)) * hw.kernel_overhead_s
+    return gemms + elementwise_s + (3 + _elementwise_kernels(m)) * hw.kernel_overhead_s

@@ -65,10 +65,11 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
 
 def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,
                             act_bytes=2):
-    """Transient memory while one layer is recomputed: what recompute saved for that one layer (0 without)."""
+    """Transient memory while one layer is recomputed: what recompute saved for that one layer (0 without; never
+    negative: under TP the per-op policy can keep more than no recompute)."""
     full = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, 0, flash_attention, act_bytes)
     kept = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)
-    return full - kept
+    return np.maximum(full - kept, 0.0)
 
 
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):

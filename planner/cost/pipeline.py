@@ -42,11 +42,23 @@ def block_recompute_share(layers_on_stage, k, chunk, vpp=1):
     return np.where(k > 0, done / np.maximum(n, 1), 1.0)
 
 
-def every_nth_layers(chunk, n):
-    """Layers of a chunk that checkpointing every n-th block recomputes (torchtitan's layer SAC: a block counter,
-    checkpointed when count % n == 0): ⌊chunk/n⌋, at least 1. The inverse, for an export: n = chunk/k when k divides
-    the chunk."""
-    return np.maximum(np.asarray(chunk) // np.asarray(n), 1)
+def model_recompute_share(layers, pp, k, vpp=1):
+    """Share of all the model's layers the block method recomputes, stage by stage (block_recompute_share): the
+    HFU numerator's recompute term. Two edge stages (one when pp = 1) and pp − 2 middle ones."""
+    p = np.asarray(pp)
+    edge_n, mid_n, _ = layers_per_stage(layers, p)
+    chunk = chunk_layers(layers, p, vpp)
+    edges, mids = np.where(p == 1, 1, 2), np.maximum(p - 2, 0)
+    done = (edges * edge_n * block_recompute_share(edge_n, k, chunk, vpp)
+            + mids * mid_n * block_recompute_share(mid_n, k, chunk, vpp))
+    return done / np.maximum(edges * edge_n + mids * mid_n, 1)
+
+
+def every_nth_layers(rank_layers, n):
+    """Layers of a rank that checkpointing every n-th block recomputes (torchtitan's layer SAC: one block counter
+    per process, over all of the rank's pipeline chunks, checkpointing when count % n == 0): ⌊layers/n⌋, at least
+    1."""
+    return np.maximum(np.asarray(rank_layers) // np.asarray(n), 1)
 
 
 def layers_per_stage(layers, pp):

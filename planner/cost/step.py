@@ -20,7 +20,8 @@ import numpy as np
 
 from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
-from planner.cost.pipeline import block_recompute_share, chunk_layers, layers_per_stage, stage_layers
+from planner.cost.pipeline import (block_recompute_share, chunk_layers, layers_per_stage, model_recompute_share,
+                                   stage_layers)
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
@@ -98,7 +99,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # all-gather behind the data-gradient GEMM) (Korthikanti §4.2.2).
     hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
     bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
-    u = hw.overlap_slowdown_intra
+    u = comm.overlap_slowdown(tp_group, hw, 2 * act_bytes)      # NVLink unless --allow-cross-node-tp
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
     tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
     return fwd, bwd + recompute, tp_fwd, tp_bwd
@@ -123,7 +124,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw) if hide
                 else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
     attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
-    u = np.where(group[1] > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    u = comm.overlap_slowdown(group, hw, kv_bytes, ring=hide)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
     f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
     again = (rc == 1) | (rc == 2)                      # attention recomputed: the exchange repeats
@@ -206,7 +207,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     tokens = job.global_batch * job.seq_len
     gpus = t * cp * p * d
     model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, runtime.causal_flops_halved)
-    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved, c["rc_frac"])
+    hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved,
+                                                       model_recompute_share(m.layers, p, c["rc_layers"], v))
     out = {f"mem_{k}_bytes": v_ for k, v_ in mem.items()}
     out["memory_bytes"] = sum(mem.values())
     out.update({f"{k}_s": v_ for k, v_ in times.items()})
@@ -263,9 +265,8 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
     # A hierarchical collective spends part of its time on NVLink, which slows overlapped compute like any in-node
-    # collective, and the rest on the network: each phase brings its own slowdown (one group: no scaling past 100%).
-    share = comm.node_phase_share(group, hw)
-    u = share * hw.overlap_slowdown_intra + (1 - share) * hw.overlap_slowdown_inter
+    # collective, and the rest on the network: each phase brings its own slowdown (no scaling past 100%).
+    u = comm.overlap_slowdown(group, hw, grad_bytes, buckets)
     gather = np.maximum(_exposed(ag, hide_params, u), ag / edge)
     plain = np.maximum(_exposed(ar, hide_grads, u), ar / edge)      # DDP: all-reduce after the last backward
     reduce = np.maximum(_exposed(rs, hide_grads, u), rs / edge)
