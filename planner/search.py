@@ -178,7 +178,7 @@ def _with_recompute_layers(grid, pins: Pins, layers: int, rc_col: int, pp_col: i
     k = np.zeros(len(grid), dtype=np.int64)
     if pins.recompute is not None or not full.any():
         return grid, k
-    chunk = chunk_layers(layers, grid[:, pp_col], grid[:, vpp_col])
+    chunk = chunk_layers(layers, grid[0, pp_col], grid[:, vpp_col])     # one PP degree per block
     half = -(-chunk // 2)
     partial = full & (half < chunk)
     return np.concatenate([grid, grid[partial]]), np.concatenate([k, half[partial]])

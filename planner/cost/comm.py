@@ -82,6 +82,8 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, ring=False):
     collective runs its phases one after the other: the values mixed by node_phase_share. A ring exchange (CP) that
     leaves the node moves each step over NVLink and NICs at once and waits for the NIC (ring_exchange_time_s): a
     rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node)."""
+    if np.all(np.asarray(span[1]) <= 1) or hw.overlap_slowdown_intra == hw.overlap_slowdown_inter:
+        return np.where(np.asarray(span[1]) > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
     if ring:
         _, nodes = span
         w_node, w_net = _bandwidths(hw)
@@ -112,8 +114,12 @@ def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
     w_node, w_net = _bandwidths(hw)
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
-    node = rounds * (k - 1) / k * s / w_node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
-    net = rounds * (nodes - 1) / nodes * (s / k) / w_net * (1 + hw.inter_half_bw_bytes / np.maximum(call / k, 1.0))
+    node = rounds * (k - 1) / k * s / w_node
+    net = rounds * (nodes - 1) / nodes * (s / k) / w_net
+    if hw.intra_half_bw_bytes:                 # the bundled profiles leave both at 0 (the plateau)
+        node = node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
+    if hw.inter_half_bw_bytes:
+        net = net * (1 + hw.inter_half_bw_bytes / np.maximum(call / k, 1.0))
     return node, net
 
 

@@ -80,7 +80,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     f = np.asarray(c.get("rc_frac", 1.0))              # full recompute of this share of the layers
-    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem)
+    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem) if np.any(rc == 3) else 0.0   # pinned only
     recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, np.where(rc == 3, op, 0.0)))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
@@ -175,7 +175,9 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     layers_max = stage_layers(m.layers, p)[1]
     logits = compute.logits_time_s(m, job.seq_len / cp, b, t, hw, e)
     # An edge stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
-    edge_share = block_recompute_share(first_last, c["rc_layers"], chunk_layers(m.layers, p, v), v)
+    partial = np.any(np.asarray(c["rc_layers"]) > 0)          # else every share is 1: skip the arithmetic
+    edge_share = (block_recompute_share(first_last, c["rc_layers"], chunk_layers(m.layers, p, v), v) if partial
+                  else 1.0)
     edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * first_last * (fwd + tp_fwd), 0.0)
     stage_comp = np.maximum(first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd))
     stage_tp = middle * (tp_fwd + tp_bwd)
@@ -208,7 +210,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     gpus = t * cp * p * d
     model_flops = flops.model_flops_per_step(m, job.seq_len, job.global_batch, runtime.causal_flops_halved)
     hw_flops = tokens * flops.hardware_flops_per_token(m, job.seq_len, rc, runtime.causal_flops_halved,
-                                                       model_recompute_share(m.layers, p, c["rc_layers"], v))
+                                                       model_recompute_share(m.layers, p, c["rc_layers"], v)
+                                                       if partial else 1.0)
     out = {f"mem_{k}_bytes": v_ for k, v_ in mem.items()}
     out["memory_bytes"] = sum(mem.values())
     out.update({f"{k}_s": v_ for k, v_ in times.items()})
