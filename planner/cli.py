@@ -140,6 +140,8 @@ def plan(
         raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
     if flash_gen is not None and not flash_attention:
         raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
+    if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
+        raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
     runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
                       cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(gen))
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,

@@ -216,7 +216,7 @@ def test_tokens_budget_for_a_pinned_layout(capsys):
     assert "Training budget:" in capsys.readouterr().out
 
 
-def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported():
+def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported(capsys):
     """Megatron asserts that TP communication overlap runs only with sequence parallelism: without SP the flag buys
     nothing; with it, the step shrinks and the Megatron export carries --tp-comm-overlap."""
     base = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "64", "--dp", "1", "--micro-batch", "1",
@@ -224,7 +224,13 @@ def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported():
 
     def step(*extra):
         return json.loads(runner.invoke(app, base + list(extra) + ["--format", "json"]).stdout)["step_time_s"]
-    assert step("--no-sequence-parallel", "--tp-comm-overlap") == step("--no-sequence-parallel")
+    from planner.evaluate import evaluate
+    from planner.specs.strategy import Runtime
+    layout = dict(tp=8, pp=64, dp=1, micro_batch=1, recompute="full", zero_stage=0, vpp=1, sequence_parallel=False)
+    assert (evaluate("405b", 512, runtime=Runtime(tp_comm_overlap=True), **layout).row["step_time_s"]
+            == evaluate("405b", 512, **layout).row["step_time_s"])
+    assert_mentions(bad(capsys, *base, "--no-sequence-parallel", "--tp-comm-overlap"), "--tp-comm-overlap",
+                    "sequence parallelism")
     assert step("--sequence-parallel", "--tp-comm-overlap") < step("--sequence-parallel")
     megatron = runner.invoke(app, base + ["--sequence-parallel", "--tp-comm-overlap", "--export", "megatron"]).stdout
     assert "--tp-comm-overlap" in megatron
