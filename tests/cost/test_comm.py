@@ -170,3 +170,14 @@ def test_context_parallel_ring_scaling_never_exceeds_one(hardware):
                       zero_stage=1, seq_len=131072, global_batch=8)
         work.append((ev.row["step_time_s"] - ev.row["optimizer_s"]) * cp)
     assert all(b >= a * (1 - 1e-4) for a, b in zip(work, work[1:])), work   # the old rule: -0.08% at CP 16
+
+
+def test_overlap_slowdown_by_hand():
+    """H100 profile: NVLink 0.2, network 0. Inside a node: 0.2. A hierarchical all-gather over 8 nodes: 0.2 times
+    its NVLink share. A CP ring over 2 nodes: its NVLink hops are busy W_net/W_node of each step: 0.2 x that."""
+    from planner.cost.comm import node_phase_share, overlap_slowdown
+    u = HW.overlap_slowdown_intra
+    assert (u, HW.overlap_slowdown_inter) == (0.2, 0.0)
+    assert overlap_slowdown((8, 1), HW) == u and overlap_slowdown((8, 1), HW, ring=True) == u
+    assert overlap_slowdown((8, 8), HW) == pytest.approx(u * node_phase_share((8, 8), HW))
+    assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(u * W_NET / W_NODE)
