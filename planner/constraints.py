@@ -11,7 +11,7 @@ import numpy as np
 from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job
+from planner.specs.strategy import RECOMPUTE, Job
 
 
 def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
@@ -25,6 +25,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     mid = stage_layers(m.layers, p)[1]
     batch_ok = job.global_batch % (b * d) == 0
     num_mb = job.global_batch // np.maximum(b * d, 1)
+    not_op = np.asarray(c["recompute"]) != RECOMPUTE.index("op")
     return [
         ("TP x CP x PP x DP != GPUs", t * cp * p * d == job.gpus),
         (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
@@ -39,12 +40,10 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # torchtitan's per-op policy saves the fused attention kernel's output (unfused attention is not modelled),
         # runs TP only with SP, and saves aten.mm outputs: a biased linear (aten.addmm) would save nothing, and it
         # does not restore the RNG state that recomputed dropout needs (preserve_rng_state=False).
-        ("op-level recompute needs fused (flash) attention",
-         (np.asarray(c["recompute"]) != 3) | bool(flash_attention)),
-        ("op-level recompute with TP needs sequence parallelism",
-         (np.asarray(c["recompute"]) != 3) | (t == 1) | np.asarray(sp, dtype=bool)),
+        ("op-level recompute needs fused (flash) attention", not_op | bool(flash_attention)),
+        ("op-level recompute with TP needs sequence parallelism", not_op | (t == 1) | np.asarray(sp, dtype=bool)),
         ("op-level recompute needs a model without biases or dropout (torchtitan's Llama)",
-         (np.asarray(c["recompute"]) != 3) | (not (m.bias or m.qkv_bias or m.dropout))),
+         not_op | (not (m.bias or m.qkv_bias or m.dropout))),
         ("sequence parallelism needs TP > 1", ~np.asarray(sp, dtype=bool) | (t > 1)),
         (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
          ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),

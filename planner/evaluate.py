@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.step import TIME_PARTS
 from planner.search import SearchResult, pop_pins, require_valid, run_search
+from planner.specs.strategy import recompute_label
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,9 @@ class Evaluation:
         r = self.row
         mem = ", ".join(f"{k} {v:.1f}" for k, v in self.memory_gib.items())
         tim = ", ".join(f"{k} {v:.3g}" for k, v in self.time_s.items())
-        k = int(r.get("recompute_layers", 0) or 0)               # full(k): the first k layers of each chunk
+        rc = recompute_label(r["recompute"], r.get("recompute_layers", 0) or 0)
         return (f"<Evaluation tp={r['tp']} cp={r['cp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']} vpp={r['vpp']} "
-                f"sp={r['sequence_parallel']} recompute={r['recompute']}{f'({k})' if k else ''} zero={r['zero_stage']}: "
+                f"sp={r['sequence_parallel']} recompute={rc} zero={r['zero_stage']}: "
                 f"{'fits' if self.fits else 'does NOT fit'} {r['memory_gib']:.1f}/{self.capacity_gib:.1f} GiB "
                 f"[{mem}]; step {r['step_time_s']:.3f} s [{tim}]; MFU {r['mfu']:.3f}>")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from planner.cost.pipeline import bubble_fraction, bubble_ratio
 from planner.cost.step import TIME_PARTS
+from planner.specs.strategy import recompute_label as strategy_recompute_label
 
 _KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
                 ("sequence_parallel", "SP"), ("recompute", "recompute"), ("recompute_layers", "recomputed layers"),
@@ -14,9 +15,8 @@ _PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "cp_comm": 
 
 
 def recompute_label(row) -> str:
-    """none, selective, full, or full(k): full recompute of the first k layers of each pipeline chunk."""
-    k = int(row.get("recompute_layers", 0) or 0)
-    return f"{row['recompute']}({k})" if k else str(row["recompute"])
+    """A table row's recompute, as specs.strategy.recompute_label writes it."""
+    return strategy_recompute_label(row["recompute"], int(row.get("recompute_layers", 0) or 0))
 
 
 def layout_label(row) -> str:

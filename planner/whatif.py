@@ -7,7 +7,7 @@ import numpy as np
 from planner import constraints
 from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, step_columns
-from planner.specs.strategy import RECOMPUTE
+from planner.specs.strategy import RECOMPUTE, SEARCHED_RECOMPUTE
 
 GIB = 2**30
 
@@ -19,13 +19,14 @@ def _variants(row, m) -> list[tuple[str, dict]]:
             "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"]),
             "rc_layers": int(row.get("recompute_layers", 0))}
     out = []
-    for rc in range(3):
-        if rc != base["recompute"] or (rc == 2 and base["rc_layers"]):
+    full = RECOMPUTE.index("full")
+    for rc in (RECOMPUTE.index(name) for name in SEARCHED_RECOMPUTE):
+        if rc != base["recompute"] or (rc == full and base["rc_layers"]):
             out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc, "rc_layers": 0}))
     # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full.
     chunk = int(chunk_layers(m.layers, base["pp"], base["vpp"]))
     for k in sorted({-(-chunk * q // 4) for q in (1, 2, 3)} - {chunk, base["rc_layers"]}):   # quarters of a chunk
-        out.append((f"full recompute of {k} of {chunk} layers per chunk", {**base, "recompute": 2, "rc_layers": k}))
+        out.append((f"full recompute of {k} of {chunk} layers per chunk", {**base, "recompute": full, "rc_layers": k}))
     if base["tp"] > 1:
         out.append(("sequence parallelism " + ("off" if base["sp"] else "on"), {**base, "sp": 1 - base["sp"]}))
     if base["dp"] * base["cp"] > 1:

@@ -69,6 +69,11 @@ def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recomput
     negative: under TP the per-op policy can keep more than no recompute)."""
     full = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, 0, flash_attention, act_bytes)
     kept = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)
+    return _working_bytes(full, kept)
+
+
+def _working_bytes(full, kept):
+    """What a recomputed layer rebuilds beyond what it kept (its activations without recompute, less those kept)."""
     return np.maximum(full - kept, 0.0)
 
 
@@ -148,8 +153,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
-    work = recompute_working_bytes(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
-                                   precision.activation_bytes)
+    work = _working_bytes(act_none, act)          # recompute_working_bytes, from the two already computed
     layer_unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
                   else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
     edge_unit = m.vocab * m.hidden / t

@@ -29,6 +29,11 @@ FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton 
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
+def recompute_label(recompute: str, layers: int = 0) -> str:
+    """none, selective, full, op, or full(k): full recompute of the first k layers of each pipeline chunk."""
+    return f"{recompute}({int(layers)})" if layers else str(recompute)
+
+
 def recompute_code(value: str | int) -> int:
     """0 none, 1 selective, 2 full, 3 op; the name (any case) or the code itself."""
     if isinstance(value, str) and value.lower() in RECOMPUTE:
