@@ -45,16 +45,19 @@ def test_more_recomputed_layers_less_memory_more_time(name, pp, tp):
 
 
 def test_activations_mix_linearly():
-    """Half of each chunk recomputed: the stored activations are the mean of none and full (logits aside)."""
+    """Half of each chunk recomputed (10 of the 20 layers of a PP 4 stage): the stored activations are the mean of
+    none and full (logits aside); 5 layers recomputed sit a quarter of the way from none to full."""
     m = load_model("llama-3.1-70b")
 
-    def acts(recompute, fraction):
+    def acts(recompute, layers):
         parts, _ = memory.memory_breakdown(m, 8192, 4, 4, 4, 1, 16, 1, True, recompute, 1, Precision(), True, 0.0,
-                                           "layer", 1, fraction)
+                                           "layer", 1, layers)
         return float(parts["activations"])
 
-    none, full, half = acts(0, 1.0), acts(2, 1.0), acts(2, 0.5)
+    none, full, half, quarter = acts(0, 0), acts(2, 0), acts(2, 10), acts(2, 5)
+    assert full < half < quarter < none
     assert half == pytest.approx((none + full) / 2, rel=1e-12)
+    assert quarter == pytest.approx(none - (none - full) / 4, rel=1e-12)
 
 
 def test_recompute_time_is_the_fraction_of_a_full_recompute():

@@ -39,7 +39,7 @@ def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
 
 def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward time of QKV, attention-out, MLP-in (gate+up when gated) and MLP-out, TP-sharded (Megatron 2019)."""
-    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     mlp_in = (2 if m.gated_mlp else 1) * m.ffn_hidden
     return (gemm_time_s(n, m.hidden, m.q_dim / t + 2 * kv_dim_per_rank(m, t), hw, elem_bytes)
             + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
@@ -71,7 +71,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     Q and O, all of K and V. `flash_gen` 1 (FlashAttention-1 or its Triton port) runs at FLASH_V1_RELATIVE_RATE of
     the FlashAttention-2-class efficiency.
     """
-    s, b, t, c = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp), np.asarray(cp)
+    s, b = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float)
+    t, c = np.asarray(tp), np.asarray(cp)
     fa = np.asarray(flash_attention, dtype=bool)
     flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0) / c
     if backward:
@@ -94,7 +95,7 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
     embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
     unless sequence parallelism shards it.
     """
-    sb, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
     per_token_replicated = 2 * (2 * e * h) + 2 * ((3 * e + drop) * h)
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
@@ -120,7 +121,7 @@ def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem
 
     GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss moves LOSS_BYTES_PER_LOGIT bytes per logit.
     """
-    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
     return gemm + elementwise_time_s(LOSS_BYTES_PER_LOGIT * n * m.vocab / t, hw)
 
@@ -143,7 +144,7 @@ def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec
     """Backward-time recompute of torchtitan's per-op policy, one layer: the three matmuls it does not save (K, the
     output projection, the MLP's second matmul; params.op_recompute_matmul_params), TP-sharded, plus every
     element-wise kernel (`elementwise_s`: their forward time), whose outputs it does not save either."""
-    n, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     mlp = (gemm_time_s(n, m.hidden, m.ffn_hidden / t, hw, elem_bytes) if m.gated_mlp
            else gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
     gemms = (gemm_time_s(n, m.hidden, kv_dim_per_rank(m, t), hw, elem_bytes)

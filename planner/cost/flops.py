@@ -57,4 +57,5 @@ def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=Fal
 
 def model_flops_per_step(m: ModelSpec, seq_len, global_batch, causal_halved=False):
     """Model FLOPs of one optimizer step: tokens per step × model FLOPs per token."""
-    return np.asarray(global_batch) * np.asarray(seq_len) * model_flops_per_token(m, seq_len, causal_halved)
+    tokens = np.asarray(global_batch, dtype=float) * np.asarray(seq_len, dtype=float)   # floats: int32 would overflow
+    return tokens * model_flops_per_token(m, seq_len, causal_halved)

@@ -43,7 +43,8 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     attention kernel (output and log-sum-exp), the MLP's first matmul, the gated MLP's down projection (every
     rank's full-width partial sum) and, with TP, the two reduce-scatters (params.op_recompute_matmul_params).
     """
-    s, b, t = np.asarray(seq_len), np.asarray(micro_batch), np.asarray(tp)
+    # Floats from the start: int32 token counts overflow in sb·h products (numpy keeps int32 x int as int32).
+    s, b, t = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float), np.asarray(tp)
     sp, rc = np.asarray(sp, dtype=bool), np.asarray(recompute)
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0
@@ -80,7 +81,7 @@ def _working_bytes(full, kept):
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
     """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the fp32
     logits for the cross-entropy (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP)."""
-    sb, t = np.asarray(seq_len) * np.asarray(micro_batch), np.asarray(tp)
+    sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
 
 

@@ -307,3 +307,28 @@ def test_zero3_transient_buffers_by_hand():
     extra = total(g, tp=8, zero=3, **kw)["other"] - total(g, tp=8, zero=2, **kw)["other"]
     assert (12 * 12288**2 + 13 * 12288) / 8 == 226_512_384
     assert extra == pytest.approx(10 * 226_512_384, rel=1e-12)
+
+
+def test_int32_inputs_do_not_overflow():
+    """Notebook callers pass whatever integer arrays they have; numpy keeps int32 x int as int32, so 128K-token
+    products wrapped before the cost functions cast to float (70B, s = 32,768: 9.0e9 bytes per layer, was 4.1e8)."""
+    from planner.cost import compute, flops
+    from planner.specs.hardware import load_hardware
+    m, hw = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
+    s32, b32 = np.array([32768, 131072], dtype=np.int32), np.array([1, 16], dtype=np.int32)
+    s64, b64 = s32.astype(np.int64), b32.astype(np.int64)
+    pairs = [
+        lambda s, b: memory.activation_bytes_per_layer(m, s, b, 1, False, 0),
+        lambda s, b: memory.logits_bytes(m, s, b, 1, False),
+        lambda s, b: flops.model_flops_per_step(m, s, b * 1024),
+        lambda s, b: compute.attention_core_time_s(m, s, b, 1, True, hw),
+        lambda s, b: compute.layer_elementwise_bytes(m, s, b, 1, False),
+    ]
+    for f in pairs:
+        got, want = f(s32, b32), f(s64, b64)
+        assert np.all(got > 0) and np.allclose(got, want, rtol=1e-12)
+    # by hand, Llama 3 70B (h 8192, q 8192, KV 1024, F 28672, SwiGLU), no TP, flash: sbh(8 + 4q/h + 4kv/h + 6F/h)
+    # + 4·a·sb = 32768 x 8192 x (8 + 4 + 0.5 + 21) + 4 x 64 x 32768 = 9.0e9 bytes
+    s, h = 32768, 8192
+    assert memory.activation_bytes_per_layer(m, s32[:1], 1, 1, False, 0)[0] == pytest.approx(
+        s * h * (8 + 4 + 4 * 1024 / h + 6 * 28672 / h) + 4 * 64 * s, rel=1e-12)
