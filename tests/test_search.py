@@ -82,6 +82,25 @@ def test_pinned_tp_that_does_not_divide_heads_is_named():
     assert info.value.field == "--tp" and "heads" in str(info.value)
 
 
+def test_tp_and_cp_groups_never_straddle_nodes():
+    """Ranks fill nodes TP innermost, then CP: TP 3 or 6 on 8-GPU nodes leaves groups on two nodes (ranks 6-11),
+    priced by nothing, so the search drops them; GPT-3 175B (96 heads) on 96 GPUs has both on offer."""
+    r = run_search("gpt3-175b", 96, find_min_gpus=False)
+    tc = r.table.tp * r.table.cp
+    assert len(r.table) and set(r.table.tp) <= {1, 2, 4, 8} and ((tc > 8) | (8 % tc == 0)).all()
+    assert any("TP does not tile" in reason for reason in r.rejected)
+    with pytest.raises(PlannerError, match="TP does not tile the 8-GPU nodes") as info:
+        evaluate("gpt3-175b", 96, tp=6)
+    assert info.value.field == "--tp"
+    with pytest.raises(PlannerError, match="TP x CP does not tile"):
+        evaluate("8b", 48, tp=2, cp=3, pp=1)              # CP ranks {0, 2, 4}, {6, 8, 10}: the second straddles
+    evaluate("8b", 48, tp=2, cp=2, pp=1, dp=12, global_batch=48)     # 4-GPU blocks tile the node
+    # Across nodes TP must take whole nodes: 16 = 2 nodes is priced, 12 = 1.5 nodes is not.
+    assert evaluate("405b", 512, tp=16, pp=8, dp=4, allow_cross_node_tp=True).row["tp"] == 16
+    with pytest.raises(PlannerError, match="TP does not tile"):
+        evaluate("gpt3-175b", 96, tp=12, allow_cross_node_tp=True)
+
+
 def test_nothing_fits_reports_closest_and_smallest_gpu_count():
     r = run_search("405b", 16)
     assert len(r.table) == 0 and len(r.closest) > 0
