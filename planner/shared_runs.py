@@ -252,6 +252,11 @@ def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
         v = int(layout["vpp"])
         chunk = int(chunk_layers(_int(run, "layers"), layout["pp"], v))
         per_rank = int(every_nth_layers(v * chunk, int(n)))       # one counter over the rank's v chunks
+        if per_rank == 0:
+            layout["recompute"] = "none"
+            notes["recompute"] = (f"every {n}-th layer: none of the rank's {v * chunk} layers (torchtitan counts "
+                                  "every n-th block, and the counter never reaches n)")
+            return
         layout.update(recompute="full", recompute_layers=max(round(per_rank / v), 1))
         notes["recompute"] = (f"every {n}-th layer fully recomputed: {per_rank} of the rank's {v * chunk} layers, "
                               f"{layout['recompute_layers']} per {chunk}-layer chunk (torchtitan counts every n-th block)")

@@ -196,6 +196,15 @@ def test_partial_recompute_phrasings_become_layers_per_chunk(text, layers, pp, v
     assert layout["recompute"] == "full" and layout["recompute_layers"] == expected
 
 
+def test_every_nth_layer_beyond_the_rank_recomputes_nothing():
+    """torchtitan checkpoints block n, 2n, ... of a rank: with n above the rank's 8 layers (30 layers, PP 4) the
+    counter never reaches n, so nothing is recomputed; n = 8 takes one layer."""
+    from planner.cost.pipeline import every_nth_layers
+    assert every_nth_layers(8, 9) == 0 and every_nth_layers(8, 8) == 1 and every_nth_layers(8, 3) == 2
+    layout = convert_run(_run(recompute="every 9 layers", layers=30, pp=4, tp=8, num_gpus=512))[0]["layout"]
+    assert layout["recompute"] == "none" and "recompute_layers" not in layout
+
+
 def test_every_nth_layer_pins_vpp_and_hfu_needs_every_layer():
     """A share pinned as a count must not move with a searched VPP; an HFU-only figure cannot say how much of a
     partial recompute it counted."""

@@ -56,9 +56,9 @@ def model_recompute_share(layers, pp, k, vpp=1):
 
 def every_nth_layers(rank_layers, n):
     """Layers of a rank that checkpointing every n-th block recomputes (torchtitan's layer SAC: one block counter
-    per process, over all of the rank's pipeline chunks, checkpointing when count % n == 0): ⌊layers/n⌋, at least
-    1."""
-    return np.maximum(np.asarray(rank_layers) // np.asarray(n), 1)
+    per process, over all of the rank's pipeline chunks, checkpointing when count % n == 0): ⌊layers/n⌋, which is
+    0 when n exceeds the rank's layers (the counter never reaches n)."""
+    return np.asarray(rank_layers) // np.asarray(n)
 
 
 def layers_per_stage(layers, pp):
