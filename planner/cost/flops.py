@@ -18,6 +18,7 @@ import numpy as np
 
 from planner.cost.params import layer_matmul_params, op_recompute_matmul_params
 from planner.specs.model import ModelSpec
+from planner.specs.strategy import recompute_codes
 
 
 def attention_score_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
@@ -44,7 +45,7 @@ def recompute_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=Fa
     full = m.layers * (2.0 * layer_matmul_params(m) + attn)
     selective = m.layers * attn
     op = m.layers * 2.0 * op_recompute_matmul_params(m)
-    rc = np.asarray(recompute)
+    rc = recompute_codes(recompute)
     return np.where(rc == 2, np.asarray(full_fraction) * full,
                     np.where(rc == 1, selective, np.where(rc == 3, op, 0.0)))
 

@@ -11,7 +11,7 @@ import numpy as np
 from planner.cost import params as P
 from planner.cost.pipeline import block_recompute_share, chunk_layers, in_flight_layers, layers_per_stage, stage_layers
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Precision
+from planner.specs.strategy import Precision, recompute_codes
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -45,7 +45,7 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     """
     # Floats from the start: int32 token counts overflow in sb·h products (numpy keeps int32 x int as int32).
     s, b, t = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float), np.asarray(tp)
-    sp, rc = np.asarray(sp, dtype=bool), np.asarray(recompute)
+    sp, rc = np.asarray(sp, dtype=bool), recompute_codes(recompute)
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
@@ -149,7 +149,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
                                      precision.activation_bytes)
     act_none = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
                                           precision.activation_bytes)
-    full = np.asarray(recompute) == 2
+    full = recompute_codes(recompute) == 2
     chunk = chunk_layers(m.layers, p, vpp)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)

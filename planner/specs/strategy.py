@@ -43,6 +43,18 @@ def recompute_code(value: str | int) -> int:
     raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
 
 
+def recompute_codes(recompute) -> np.ndarray:
+    """Recompute as codes 0-3 for the cost functions: a name, a code, or an array of either (validated, so that a
+    name or an out-of-range code is not silently read as no recompute)."""
+    rc = np.asarray(recompute)
+    if rc.dtype.kind in "US":
+        code = {name: i for i, name in enumerate(RECOMPUTE)}
+        rc = np.array([code.get(str(n).lower(), -1) for n in rc.ravel()], dtype=int).reshape(rc.shape)
+    if rc.dtype.kind not in "iu" or np.any((rc < 0) | (rc >= len(RECOMPUTE))):
+        raise PlannerError("recompute", f"got {recompute!r}, expected codes 0-3 or names {', '.join(RECOMPUTE)}")
+    return rc
+
+
 def zero_code(value: str | int) -> int:
     """0-3, also written 'zero3' or 'zero-3'."""
     import re

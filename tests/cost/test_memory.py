@@ -332,3 +332,20 @@ def test_int32_inputs_do_not_overflow():
     s, h = 32768, 8192
     assert memory.activation_bytes_per_layer(m, s32[:1], 1, 1, False, 0)[0] == pytest.approx(
         s * h * (8 + 4 + 4 * 1024 / h + 6 * 28672 / h) + 4 * 64 * s, rel=1e-12)
+
+
+def test_recompute_names_equal_codes_and_bad_values_are_named():
+    """A notebook may pass "full" where the columns hold 2; a name or code the cost layer does not know must not
+    be read as no recompute (it was: "full" gave the no-recompute 5.3e8 bytes instead of 3.4e7)."""
+    from planner.cost import flops
+    from planner.errors import PlannerError
+    m = load_model("llama-3.1-405b")
+    for name, code in (("none", 0), ("selective", 1), ("full", 2), ("op", 3), ("FULL", 2)):
+        assert memory.activation_bytes_per_layer(m, 8192, 1, 8, True, name) == \
+            memory.activation_bytes_per_layer(m, 8192, 1, 8, True, code)
+        assert flops.recompute_flops_per_token(m, 8192, name) == flops.recompute_flops_per_token(m, 8192, code)
+    both = memory.activation_bytes_per_layer(m, 8192, 1, 8, True, np.array(["none", "full"]))
+    assert both[1] == pytest.approx(2 * 8192 * 16384 / 8) and both[0] > 10 * both[1]
+    for bad in ("fulll", 7, -1, 2.5, [0, 4], True):
+        with pytest.raises(PlannerError, match="recompute"):
+            memory.activation_bytes_per_layer(m, 8192, 1, 8, True, bad)
