@@ -91,8 +91,8 @@ def stage_params(m: ModelSpec, tp, pp):
     t, p = np.asarray(tp), np.asarray(pp)
     edge, mid = stage_layers(m.layers, p)
     layer = P.layer_params_per_gpu(m, t)
-    emb = P.embedding_params(m) / t
-    head = (P.output_params(m) + np.where(m.tied_embeddings & (p > 1), m.vocab * m.hidden, 0)) / t
+    emb = P.embedding_params_per_gpu(m, t)
+    head = P.output_params_per_gpu(m, t) + np.where(m.tied_embeddings & (p > 1), m.vocab * m.hidden, 0) / t
     single = m.layers * layer + emb + head
     first = np.where(p == 1, single, edge * layer + emb)
     last = np.where(p == 1, single, edge * layer + head)

@@ -69,7 +69,24 @@ def kv_dim_per_rank(m: ModelSpec, tp):
 
 
 def layer_params_per_gpu(m: ModelSpec, tp):
-    """One layer's parameters on one TP rank: everything split t ways except replicated KV heads."""
+    """One layer's parameters on one TP rank (Megatron's tensor-parallel layers): the column-parallel weights and
+    biases (Q, K, V, MLP in) and the row-parallel weights (output projection, MLP out) split t ways, K and V at least
+    one whole head per rank (replicated KV heads); the norms and the row-parallel layers' biases, which every rank
+    adds after the all-reduce, replicated."""
     t = np.asarray(tp)
-    kv_weights = 2 * m.hidden * m.kv_dim
-    return (layer_params(m) - kv_weights) / t + 2 * m.hidden * kv_dim_per_rank(m, t)
+    biased = m.bias or m.qkv_bias
+    kv = 2 * m.kv_dim * (m.hidden + (1 if biased else 0))              # K and V weights (+ biases)
+    replicated = norm_params(m) + (2 * m.hidden if m.bias else 0)
+    split = layer_params(m) - kv - replicated
+    return split / t + 2 * kv_dim_per_rank(m, t) * (m.hidden + (1 if biased else 0)) + replicated
+
+
+def embedding_params_per_gpu(m: ModelSpec, tp):
+    """Input embedding on one TP rank: the vocabulary-parallel table V·h/t; learned positions are replicated."""
+    return m.vocab * m.hidden / np.asarray(tp) + (m.seq_len * m.hidden if m.learned_positions else 0)
+
+
+def output_params_per_gpu(m: ModelSpec, tp):
+    """Output layer on one TP rank: the vocabulary-parallel head V·h/t when untied; the final norm replicated."""
+    final_norm = m.hidden * (2 if m.norm == "layernorm" else 1)
+    return (0 if m.tied_embeddings else m.vocab * m.hidden) / np.asarray(tp) + final_norm
