@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (Format, budget_options, float_flag, hardware_list, int_flag, output_format, parse_count,
-                           usage_error_line)
+from planner.flags import (Format, budget_options, check_paths, float_flag, hardware_list, int_flag, output_format,
+                           parse_count, reject_unused, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -58,8 +58,8 @@ def plan(
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
-    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
-                                                      help="Global batch in tokens; 16M = 16*2^20."),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="Global batch in tokens; "
+                                                      "K/M/G(=B)/T in powers of 1024: 16M = 16*2^20."),
     top: Optional[str] = typer.Option(None, "--top", help="Rows of a ranked search to show (default 10)."),
     tp: Optional[str] = typer.Option(None, "--tp", help="Pin tensor-parallel degree."),
     cp: Optional[str] = typer.Option(None, "--cp", help="Pin context-parallel degree (sequence split; 1 when TP, "
@@ -87,8 +87,8 @@ def plan(
                                             "(FlashAttention-1, its Triton port: half the rate)."),
     cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
                                 "attention) or allgather (Llama 3, torchtitan: exposed)."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/B/T, e.g. 15T): adds "
-                                         "days, GPU-hours, cost and energy."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
+                                         "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
     pue: Optional[str] = typer.Option(None, "--pue", help="Facility power usage effectiveness for the energy "
                                       "estimate (default 1.2; with --tokens)."),
@@ -118,18 +118,19 @@ def plan(
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     from planner import report
     from planner.evaluate import evaluate
-    from planner.search import MAX_GPUS_TRIED, Pins, require_valid, run_search
+    from planner.search import Pins, min_gpus_text, require_valid, run_search
     from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
 
     if recompute is not None:
         recompute_code(recompute)
     pinned = tp is not None and pp is not None and dp is not None
-    _reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
-                   top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue})
+    reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
+                  top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue})
     budget = budget_options(tokens, price, pue)
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
         raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")
     fmt = output_format(fmt, output) if export is None else fmt
+    check_paths(output, plot)                             # fail on a bad file name before the work
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
@@ -161,11 +162,7 @@ def plan(
                      output)
         raise typer.Exit(EXIT_OK if (df["status"] == "ok").any() else EXIT_NOTHING_FITS)
 
-    if export is not None:
-        _export_layout(export, model, gpus, pins, common, output)
-        raise typer.Exit(EXIT_OK)
-
-    if pinned:
+    if pinned and export is None:
         ev = evaluate(model, gpus, **pins, **common)
         if budget["tokens"] is not None:
             from planner.sweep import add_budget_to_row
@@ -181,11 +178,10 @@ def plan(
             _emit(pd.DataFrame([ev.row]).to_csv(index=False), output)
         raise typer.Exit(EXIT_OK if ev.fits else EXIT_NOTHING_FITS)
 
-    if plot is not None:
-        from planner.plot import _check_path
-
-        _check_path(plot)                                  # fail on a bad name before the work
     result = require_valid(run_search(model, gpus, pins=Pins(**pins), **common))
+    if export is not None and len(result.table):          # nothing fits: the search's report below, exit 1
+        _export_layout(export, result, output)
+        raise typer.Exit(EXIT_OK)
     if plot is not None:
         from planner.plot import plot_search
 
@@ -205,41 +201,15 @@ def plan(
         _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
         if fmt is not Format.table:
-            smallest = result.min_gpus_that_fit or f"none up to {MAX_GPUS_TRIED:,}"
-            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {smallest})", file=sys.stderr)
+            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {min_gpus_text(result)})",
+                  file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
-def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
-    """A flag the chosen mode would ignore is an error, not a silent no-op."""
-    from planner.sweep import SORT_KEYS
-
-    if top is not None and (hardware or pinned or export is not None):
-        mode = ("a hardware comparison shows one row per profile" if hardware else
-                "a pinned layout shows one layout" if pinned else "--export prints one layout")
-        raise PlannerError("--top", f"ranks a search; {mode}")
-    given = [flag for flag, value in budget_flags.items() if value is not None]
-    if export is not None and given:
-        raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
-
-    if sort not in SORT_KEYS:
-        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    if sort != "throughput" and not hardware:
-        raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
-    if export is not None and (hardware or plot is not None or fmt is not Format.table):
-        other = "--hardware with several profiles" if hardware else ("--plot" if plot is not None else "--format")
-        raise PlannerError("--export", f"prints one layout's launch settings; it does not combine with {other}")
-    if plot is not None and (hardware or pinned):
-        raise PlannerError("--plot", "draws a ranked search of one hardware profile; not with "
-                                     + ("several --hardware profiles" if hardware else "a pinned --tp/--pp/--dp"))
-
-
-def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:
-    """The best fitting layout the framework can run (within the pins), written as its launch settings."""
+def _export_layout(framework: str, result, output) -> None:
+    """The best fitting layout of the search the framework can run, written as its launch settings."""
     from planner.export import best_supported
-    from planner.search import Pins, require_valid, run_search
 
-    result = require_valid(run_search(model, gpus, pins=Pins(**pins), find_min_gpus=False, **common))
     text, notes = best_supported(framework, result)
     _emit(text, output)
     for note in notes:
@@ -247,7 +217,7 @@ def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output
 
 
 def _emit(text: str, output) -> None:
-    from planner.report import emit
+    from planner.output import emit
 
     emit(text, output)
 
@@ -272,8 +242,10 @@ def sweep_cmd(
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len"),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
-    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="16M = 16*2^20 tokens."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget, e.g. 15T: days and cost per count."),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="K/M/G(=B)/T in powers "
+                                                      "of 1024: 16M = 16*2^20."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget (K/M/G(=B)/T in powers of 1000, "
+                                         "e.g. 15T): days and cost per count."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
     pue: Optional[str] = typer.Option(None, "--pue", help="Power usage effectiveness for the energy estimate "
                                       "(default 1.2; with --tokens)."),
@@ -287,6 +259,7 @@ def sweep_cmd(
 
     budget = budget_options(tokens, price, pue)
     fmt = output_format(fmt, output)
+    check_paths(output, plot)                             # before the sweep, not after its table
     seq_len, global_batch = int_flag(seq_len, "--seq-len"), int_flag(global_batch, "--global-batch")
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
@@ -359,6 +332,7 @@ def validate_cmd(
     fmt = output_format(fmt, output)
     if fmt is Format.csv:
         raise PlannerError("--format", "validate supports table or json")
+    check_paths(output)
     runs = load_runs_file(runs_file)
     preds = predict_all(list(runs.runs))
     failed = [p for p in preds if p.error is not None]

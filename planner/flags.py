@@ -21,16 +21,20 @@ class Format(str, Enum):
     csv = "csv"
 
 
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12,
-           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+# The one suffix rule of counts (--tokens, --global-batch-tokens): K, M, G and T are powers of 1000, or of 1024 for
+# a flag that counts in powers of two (batch tokens); B (billion) is G; Ki, Mi, Gi, Ti are always powers of 1024.
+SUFFIX_RULE = ("K, M, G (or B), T: powers of 1000 for --tokens, of 1024 for --global-batch-tokens; Ki, Mi, Gi, Ti: "
+               "always powers of 1024")
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 def parse_count(text: str, flag: str, binary: bool = False) -> int:
-    """'16M' -> 16 * 2^20 when binary (batch tokens: whole power-of-two sequences), else 16e6; 'Mi' is always 2^20."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmbgt]i?)?\s*", str(text).lower())
+    """A count with an optional suffix under SUFFIX_RULE: '16M' is 16 * 2^20 when `binary` (batch tokens: whole
+    power-of-two sequences), else 16e6; '1.5B' is '1.5G'; 'Mi' is always 2^20."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?|b)?\s*", str(text).lower())
     if not match:
-        raise PlannerError(flag, f"got {text!r}, expected a number with an optional K/M/B/T suffix")
-    number, suffix = float(match.group(1)), match.group(2) or ""
+        raise PlannerError(flag, f"got {text!r}, expected a number with an optional suffix ({SUFFIX_RULE})")
+    number, suffix = float(match.group(1)), (match.group(2) or "").replace("b", "g")
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
     value = number * _SUFFIX[suffix]
@@ -126,3 +130,38 @@ def hardware_list(text: str) -> list[str]:
     if repeated is not None:
         raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
     return names
+
+
+def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
+    """A flag the chosen mode would ignore is an error, not a silent no-op."""
+    from planner.sweep import SORT_KEYS
+
+    if top is not None and (hardware or pinned or export is not None):
+        mode = ("a hardware comparison shows one row per profile" if hardware else
+                "a pinned layout shows one layout" if pinned else "--export prints one layout")
+        raise PlannerError("--top", f"ranks a search; {mode}")
+    given = [flag for flag, value in budget_flags.items() if value is not None]
+    if export is not None and given:
+        raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
+
+    if sort not in SORT_KEYS:
+        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
+    if sort != "throughput" and not hardware:
+        raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
+    if export is not None and (hardware or plot is not None or fmt is not Format.table):
+        other = "--hardware with several profiles" if hardware else ("--plot" if plot is not None else "--format")
+        raise PlannerError("--export", f"prints one layout's launch settings; it does not combine with {other}")
+    if plot is not None and (hardware or pinned):
+        raise PlannerError("--plot", "draws a ranked search of one hardware profile; not with "
+                                     + ("several --hardware profiles" if hardware else "a pinned --tp/--pp/--dp"))
+
+
+def check_paths(output=None, plot=None) -> None:
+    """The --output and --plot targets, checked before the work: a bad path fails at once, not after a search."""
+    from planner.output import check_writable
+    from planner.plot import check_plot_path
+
+    if output is not None:
+        check_writable(output, "--output")
+    if plot is not None:
+        check_plot_path(plot)

@@ -7,6 +7,7 @@ from pathlib import Path
 from planner.cost.step import TIME_PARTS
 from planner.errors import PlannerError
 from planner.explain import layout_label
+from planner.output import check_writable, write_atomic
 
 _COLORS = {"compute": "#4C72B0", "tp_comm": "#DD8452", "cp_comm": "#DA8BC3", "pp_comm": "#937860", "dp_comm": "#C44E52",
            "bubble": "#8172B3", "optimizer": "#55A868"}
@@ -24,19 +25,15 @@ def _pyplot():
     return plt
 
 
-def _check_path(path) -> Path:
-    p = Path(path).expanduser()
-    if p.suffix.lower() not in (".png", ".svg"):
+def check_plot_path(path) -> Path:
+    """The --plot target, checked before any work: a .png or .svg name in a writable directory."""
+    if Path(str(path)).suffix.lower() not in (".png", ".svg"):
         raise PlannerError("--plot", f"{path!r}: expected a file name ending in .png or .svg")
-    if not p.parent.is_dir():
-        raise PlannerError("--plot", f"directory {p.parent} does not exist")
-    return p
+    return check_writable(path, "--plot")
 
 
 def _save(fig, path: Path, plt) -> None:
     import io
-
-    from planner.report import write_atomic
 
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower().lstrip("."), bbox_inches="tight", dpi=120)
@@ -47,7 +44,7 @@ def _save(fig, path: Path, plt) -> None:
 def plot_search(result, path, top: int = 10) -> Path:
     """Left: step time by part for the top layouts (stacked bars). Right: step time against memory per GPU for
     every valid layout, the memory limit, and the fitting frontier (no fitting layout is both faster and smaller)."""
-    p = _check_path(path)
+    p = check_plot_path(path)
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
     head = result.table.head(top) if len(result.table) else result.closest.head(top)
@@ -92,7 +89,7 @@ def plot_search(result, path, top: int = 10) -> Path:
 
 def plot_sweep(df, path, title: str) -> Path:
     """Tokens/s and (with a token budget) cost against GPU count."""
-    p = _check_path(path)
+    p = check_plot_path(path)
     plt = _pyplot()
     ok = df[df["status"] == "ok"]
     fig, ax1 = plt.subplots(figsize=(8, 5))

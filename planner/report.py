@@ -12,7 +12,7 @@ from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
-from planner.search import MAX_GPUS_TRIED, SearchResult
+from planner.search import SearchResult, min_gpus_text
 from planner.whatif import suggestions
 
 CONVENTIONS = {
@@ -136,12 +136,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             err.print(f"Closest: {layout_label(best)} needs {best['memory_gib']:.1f} GiB, "
                       f"{best['overflow_gib']:.1f} GiB over.")
         unit = "hosts" if hw.gpus_per_host else "nodes"
-        if result.min_gpus_that_fit:
+        if len(result.closest):
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: "
-                      f"{result.min_gpus_that_fit}.")
-        elif len(result.closest):
-            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: none up to "
-                      f"{MAX_GPUS_TRIED:,} GPUs, the most the search tries.")
+                      f"{min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     out.print("MFU: model FLOPs (PaLM convention, causal attention not halved) / dense bf16 peak; memory in GiB.")
 
@@ -305,7 +302,8 @@ def summary_table(df, title: str, first: str) -> Table:
     for _, r in df.iterrows():
         key = f"{r['gpus']:,}" if first == "GPUs" else r["hardware"]
         if r.get("status") != "ok":
-            t.add_row(key, r.get("status", "-"), *["-"] * (len(cols) - 2))
+            why = f"{r.get('status', '-')}: {r['reason']}" if r.get("reason") else r.get("status", "-")
+            t.add_row(key, why, *["-"] * (len(cols) - 2))
             continue
         cells = [key, layout_label(r), f"{r['memory_gib']:.1f}", f"{r['step_time_s']:.2f}",
                  _fmt_rate(r["tokens_per_s"]), f"{r['mfu']:.1%}"]
@@ -320,48 +318,3 @@ def summary_table(df, title: str, first: str) -> Table:
 
 def frame_records(df) -> list[dict]:
     return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-
-
-def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
-    """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file.
-    Errors name `flag`, the option that gave the path."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from planner.errors import PlannerError
-
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise PlannerError(flag, f"{target} is a directory; expected a file path")
-    if not target.parent.is_dir():
-        what = "is a file, not a directory" if target.parent.exists() else "does not exist"
-        raise PlannerError(flag, f"directory {target.parent} {what}")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)                       # mkstemp creates 0600; give the file normal permissions
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as exc:
-        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def emit(text: str, output=None) -> None:
-    """Data to stdout, or atomically to the file `output` (with a note on stderr)."""
-    import sys
-
-    if output is None:
-        print(text, end="")
-        return
-    write_atomic(output, text)
-    print(f"wrote {output}", file=sys.stderr)

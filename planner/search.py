@@ -16,7 +16,9 @@ from planner import constraints
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
+from planner.checks import checked_int, is_real
 from planner.errors import PlannerError
+from planner.explain import invalid_layout_error
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
 from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
@@ -64,13 +66,10 @@ def make_job(model: ModelSpec, gpus, seq_len=None, global_batch=None, global_bat
     """Resolve the sequence length and the global batch (sequences) from flags or the model's defaults."""
     if global_batch is not None and global_batch_tokens is not None:
         raise PlannerError("--global-batch", "give either --global-batch (sequences) or --global-batch-tokens, not both")
-    s = model.seq_len if seq_len is None else seq_len
-    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-        raise PlannerError("--seq-len", f"got {s!r}, expected a positive integer")
+    s = checked_int(model.seq_len if seq_len is None else seq_len, "--seq-len")
     if global_batch is None:
         tokens = model.global_batch_tokens if global_batch_tokens is None else global_batch_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise PlannerError("--global-batch-tokens", f"got {tokens!r}, expected a positive integer")
+        tokens = checked_int(tokens, "--global-batch-tokens")
         global_batch = max(1, round(tokens / s))
         if global_batch_tokens is not None and global_batch * s != tokens:
             raise PlannerError("--global-batch-tokens", f"{tokens:,} tokens is not a whole number of "
@@ -221,13 +220,12 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     import pandas as pd
 
     m, hw = load_model(model), load_hardware(hardware)
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
-        raise PlannerError("--gpus", f"got {gpus!r}, expected a positive integer")
-    job = make_job(m, int(gpus), seq_len, global_batch, global_batch_tokens)
+    job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB
-    if not (isinstance(headroom_gib, (int, float)) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
+    if not (is_real(headroom_gib) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
         raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
+    headroom_gib = float(headroom_gib)
     capacity = hw.hbm_bytes - headroom_gib * GIB
     implied_cp = pins.cp is None and None not in (pins.tp, pins.pp, pins.dp)
     if implied_cp:
@@ -296,6 +294,11 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
     return False
 
 
+def scan_limit(hw: HardwareSpec, max_gpus: int = MAX_GPUS_TRIED) -> int:
+    """The largest GPU count smallest_fitting_gpus tries: whole allocation units up to max_gpus."""
+    return max_gpus // hw.alloc_gpus * hw.alloc_gpus
+
+
 def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
                           max_gpus=MAX_GPUS_TRIED) -> int | None:
     """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
@@ -306,12 +309,14 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
     only, so it stays fast.
     """
     g = hw.alloc_gpus
-    start = (job.gpus // g + 1) * g
-    counts = list(range(start, min(4 * max(job.gpus, g), start + 63 * g, max_gpus) + 1, g))
+    start, top = (job.gpus // g + 1) * g, scan_limit(hw, max_gpus)
+    counts = list(range(start, min(4 * max(job.gpus, g), start + 63 * g, top) + 1, g))
     nxt = counts[-1] * 2 if counts else start
-    while nxt <= max_gpus:
+    while nxt <= top:
         counts.append(nxt)
         nxt *= 2
+    if start <= top and counts[-1] < top:
+        counts.append(top)                        # the limit itself, so "none up to the limit" is true
     unpinned = Pins(**{**pins.__dict__, "dp": None})
 
     def fits(count: int) -> bool:
@@ -328,9 +333,29 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
     return None
 
 
+def min_gpus_text(result: SearchResult) -> str:
+    """The smallest GPU count that fits, or what the scan covered: it tries whole allocation units above the
+    request, up to MAX_GPUS_TRIED."""
+    if result.min_gpus_that_fit:
+        return f"{result.min_gpus_that_fit:,}"
+    top = scan_limit(result.hardware)
+    if result.job.gpus >= top:
+        return f"none tried: the scan for a larger count stops at {top:,} GPUs, not above the {result.job.gpus:,} asked"
+    return f"none up to {top:,} GPUs, the most the search tries"
+
+
 def pop_pins(kwargs: dict) -> Pins:
-    """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments."""
-    return Pins(**{k: kwargs.pop(k) for k in LAYOUT_KNOBS if k in kwargs})
+    """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments, with a `pins=Pins(...)` given
+    there too (a knob given both ways is an error)."""
+    base = kwargs.pop("pins", None)
+    base = Pins() if base is None else base
+    if not isinstance(base, Pins):
+        raise PlannerError("pins", f"got {base!r}, expected planner.Pins(...) or the knobs as keywords (tp=8, ...)")
+    given = {k: v for k in LAYOUT_KNOBS if (v := kwargs.pop(k, None)) is not None}
+    twice = next((k for k in given if getattr(base, k) is not None), None)
+    if twice is not None:
+        raise PlannerError(twice, "given both as a keyword and in pins; expected it once")
+    return replace(base, **given)
 
 
 def search(model="405b", gpus=512, **kwargs):
@@ -349,37 +374,5 @@ def search(model="405b", gpus=512, **kwargs):
 def require_valid(result: SearchResult) -> SearchResult:
     """`result`, unless no candidate passed the validity rules (fitting or not): then the one-line error."""
     if len(result.table) == 0 and len(result.closest) == 0:
-        raise _invalid_layout_error(result)
+        raise invalid_layout_error(result)
     return result
-
-
-def _invalid_layout_error(result: SearchResult) -> PlannerError:
-    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them.
-
-    When flags were pinned, a rule about a pinned flag is named first (it is what the user can change)."""
-    pinned = {k: v for k, v in result.pins.__dict__.items() if v is not None}
-    reasons = {k: v for k, v in result.rejected.items() if k != constraints.FIT_REASON}
-    n = result.job.gpus
-    if not reasons:
-        return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
-    pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
-    flags_of = {r: next((f for prefix, f in constraints.RULE_FLAGS if r.startswith(prefix)), ()) for r in reasons}
-    # A rule about a flag the user pinned comes first (it is what they can change), then the most frequent.
-    ranked = sorted(reasons, key=lambda r: (not set(flags_of[r]) & set(pin_names), -reasons[r]))
-    reason = ranked[0]
-    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)})" for r in ranked[:3])
-    named = [f for f in flags_of[reason] if f in pin_names]
-    flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
-    given = ", ".join(f"{p}={v}" for p, v in pinned.items())
-    where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
-    hint = ""
-    if reason.startswith("TP exceeds"):
-        hint = "; --allow-cross-node-tp lets TP span nodes"
-    elif reason.startswith("interleaving: VPP") and "pp" in pinned:
-        slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
-        hint = f"; with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}"
-    if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
-        hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
-                f"(e.g. {1 << (n.bit_length() - 1)})")
-    return PlannerError(flag, f"no valid layout of {where}: {detail}{hint}")
-

@@ -6,9 +6,11 @@ import re
 
 import numpy as np
 
+from planner.checks import checked_int
 from planner.cost import budget
 from planner.errors import PlannerError
-from planner.search import DEFAULT_HARDWARE, run_search
+from planner.explain import invalid_layout_error, ranked_rejections
+from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS
 
 MAX_SWEEP_POINTS = 64
@@ -70,62 +72,97 @@ def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, 
     return row
 
 
-def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
-          pue=budget.DEFAULT_PUE, **search_kwargs):
-    """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame."""
+def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError | None]:
+    """The best fitting layout of one job as a row: `status` ok, "nothing fits in memory" or "no valid layout",
+    and `reason`, why not (the closest layout's memory, or the top rejection); with the error when no layout is
+    valid (bad input for that job)."""
+    try:
+        r = run_search(m, gpus, hardware=hw, pins=pins, find_min_gpus=False, **search_kwargs)
+    except PlannerError as exc:                   # a pin or value this job cannot take (e.g. --tp not dividing it)
+        return ({"gpus": gpus, "status": "no valid layout", "reason": str(exc), "fits": False,
+                 "tokens_per_s": np.nan}, exc)
+    if len(r.table):
+        return {"gpus": gpus, "status": "ok", "reason": None, **r.table.iloc[0].to_dict()}, None
+    if len(r.closest):
+        best = r.closest.iloc[0]
+        why = f"closest needs {best['memory_gib']:.1f} GiB of {r.capacity_bytes / 2**30:.1f}"
+        return {"gpus": gpus, "status": "nothing fits in memory", "reason": why, "fits": False,
+                "tokens_per_s": np.nan}, None
+    ranked = ranked_rejections(r)
+    why = f"{ranked[0]} ({r.rejected[ranked[0]]:,} of {r.considered:,} layouts)" if ranked else "no layout to try"
+    return ({"gpus": gpus, "status": "no valid layout", "reason": why, "fits": False, "tokens_per_s": np.nan},
+            invalid_layout_error(r))
+
+
+def _frame(rows: list[dict], errors: list):
+    """The rows as a DataFrame; bad input when no row has a valid layout. Integer columns stay integers (None
+    where a row has no layout) rather than turning into floats next to the empty rows."""
     import pandas as pd
 
-    counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(int(g) for g in gpus))
-    rows, hw = [], None
-    for n in counts:
-        r = run_search(model, n, hardware=hardware, find_min_gpus=False, **search_kwargs)
-        hw = r.hardware
-        if len(r.table):
-            best = r.table.iloc[0].to_dict()
-            rows.append({"gpus": n, "status": "ok", **best})
-        else:
-            why = "nothing fits in memory" if len(r.closest) else "no valid layout"
-            rows.append({"gpus": n, "status": why, "fits": False})
+    if all(e is not None for e in errors):
+        raise errors[0]
     df = pd.DataFrame(rows)
-    if "tokens_per_s" not in df:
-        df["tokens_per_s"] = np.nan
+    ok = next(r for r in rows if r["status"] == "ok") if "ok" in df["status"].values else {}
+    for col, value in ok.items():
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and df[col].isna().any():
+            df[col] = pd.Series([None if pd.isna(v) else int(v) for v in df[col]], dtype=object)
+    return df
+
+
+def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
+          pue=budget.DEFAULT_PUE, **search_kwargs):
+    """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame. Layout knobs
+    may be pinned as in `search` (tp=8, recompute="full", or pins=Pins(...)). A PlannerError when no count has a
+    valid layout."""
+    from planner.specs.hardware import load_hardware
+    from planner.specs.model import load_model
+
+    pins = pop_pins(search_kwargs)
+    counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
+    if not counts:
+        raise PlannerError("--gpus", "got no GPU counts, expected at least one")
+    m, hw = load_model(model), load_hardware(hardware)
+    rows, errors = zip(*[_best_row(m, n, hw, pins, search_kwargs) for n in counts])
+    df = _frame(list(rows), list(errors))
     df["tokens_per_s_per_gpu"] = df["tokens_per_s"] / df["gpus"]
     ok = df["tokens_per_s_per_gpu"].notna()
     first = df.loc[ok, "tokens_per_s_per_gpu"].iloc[0] if ok.any() else np.nan
     df["scaling_efficiency"] = df["tokens_per_s_per_gpu"] / first
-    if tokens is not None and hw is not None:
+    if tokens is not None:
         add_budget_columns(df, tokens, df["gpus"].to_numpy(), hw, price_usd_per_gpu_hour, pue)
-    df.attrs.update(hardware=hw.name if hw else hardware, tokens=tokens)
+    df.attrs.update(hardware=hw.name, tokens=tokens)
     return df
 
 
 def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu_hour=None,
                      pue=budget.DEFAULT_PUE, sort="throughput", **search_kwargs):
-    """The same job on several hardware profiles: one row per profile with its best layout, best first."""
-    import pandas as pd
-
+    """The same job on several hardware profiles (a list, or names separated by commas as on the command line):
+    one row per profile with its best layout, best first. Layout knobs may be pinned as in `search`. A
+    PlannerError when no profile has a valid layout."""
+    from planner.flags import hardware_list
     from planner.specs.hardware import load_hardware
+    from planner.specs.model import load_model
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    rows, given = [], {}
-    for name in hardware_names:
+    names = hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
+    pins, m = pop_pins(search_kwargs), load_model(model)
+    rows, errors, given = [], [], {}
+    for name in names:
         hw = load_hardware(name)
         if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
             raise PlannerError("--hardware", f"{given[hw.name]!r} and {name!r} are the same profile ({hw.name}); "
                                              "expected each profile once")
         given[hw.name] = name
-        r = run_search(model, gpus, hardware=hw, find_min_gpus=False, **search_kwargs)
-        row = {"hardware": hw.name, "gpus": gpus}
-        if len(r.table):
-            row.update(status="ok", **r.table.iloc[0].to_dict())
-        else:
-            row.update(status="nothing fits in memory" if len(r.closest) else "no valid layout", fits=False,
-                       tokens_per_s=np.nan)
+        row, error = _best_row(m, gpus, hw, pins, search_kwargs)
+        row = {"hardware": hw.name, **row}
         if tokens is not None:
             add_budget_to_row(row, tokens, gpus, hw, price_usd_per_gpu_hour, pue)
         rows.append(row)
-    df = pd.DataFrame(rows)
+        errors.append(error)
+    if not rows:
+        raise PlannerError("--hardware", "got no profiles, expected at least one")
+    df = _frame(rows, errors)
     key, ascending = SORT_KEYS[sort]
     if key not in df:
         raise PlannerError("--sort", f"sorting by {sort} needs --tokens")

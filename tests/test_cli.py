@@ -184,3 +184,36 @@ def test_nothing_fits_at_any_gpu_count_says_so(capsys, tmp_path):
     code, out, err = run(capsys, "--model", huge, "--gpus", "8", "--top", "1", "--format", "json")
     assert code == 1 and json.loads(out)["min_gpus_that_fit"] is None
     assert f"min GPUs that fit: none up to {MAX_GPUS_TRIED:,}" in err, err
+
+
+def test_the_min_gpu_line_is_true_above_the_scan_limit(capsys, tmp_path):
+    """A request beyond the scan's limit does not claim that counts below the request were the ones tried."""
+    from cli_contract import run, write
+
+    from planner.search import MAX_GPUS_TRIED
+
+    huge = write(tmp_path / "huge.yaml", "name: huge\nlayers: 2\nhidden: 1000000\nffn_hidden: 10000000\nheads: 8\n"
+                                         "vocab: 1000000\nseq_len: 8192\nglobal_batch: 64\n")
+    code, out, err = run(capsys, "--model", huge, "--gpus", MAX_GPUS_TRIED, "--top", "1")
+    assert code == 1, err
+    assert (f"that fits: none tried: the scan for a larger count stops at {MAX_GPUS_TRIED:,} GPUs, not above the "
+            f"{MAX_GPUS_TRIED:,} asked.") in err, err
+
+
+def test_count_suffixes_follow_one_rule():
+    """K, M, G (B is G), T: powers of 1024 for batch tokens, of 1000 for a token budget; Ki..Ti always binary."""
+    from planner.errors import PlannerError
+    from planner.flags import parse_count
+
+    for flag, base in (("--global-batch-tokens", 1024), ("--tokens", 1000)):
+        binary = base == 1024
+        assert parse_count("16B", flag, binary) == parse_count("16G", flag, binary) == 16 * base**3
+        assert parse_count("2K", flag, binary) == 2 * base and parse_count("3T", flag, binary) == 3 * base**4
+        assert parse_count("16Gi", flag, binary) == 16 * 2**30
+        with pytest.raises(PlannerError, match="G \\(or B\\)"):
+            parse_count("16Bi", flag, binary)
+    gb = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--format",
+                             "json", "--global-batch-tokens", "1B"])
+    gg = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--format",
+                             "json", "--global-batch-tokens", "1G"])
+    assert json.loads(gb.stdout)["global_batch"] == json.loads(gg.stdout)["global_batch"] == 2**30 // 8192

@@ -106,3 +106,65 @@ def test_nothing_fits_still_writes_the_closest_layouts_atomically(capsys, tmp_pa
     doc = json.loads(target.read_text())
     assert doc["configs"] == [] and doc["closest"] and doc["min_gpus_that_fit"]
     assert leftovers(tmp_path) == []
+
+
+# --- a path the file system refuses: checked before the work ---------------------------------------------------------
+
+LONG = "a" * 300                # longer than any file system's name limit (255 bytes)
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """Any search fails the test: a bad output path must be rejected before the work."""
+    def searched(*args, **kwargs):
+        raise AssertionError("the search ran before the output path was checked")
+    import sys
+
+    import planner.sweep  # noqa: F401 - loaded, so that its reference can be replaced
+    for module in ("planner.search", "planner.sweep"):   # the package's `search` attribute is the function
+        monkeypatch.setattr(sys.modules[module], "run_search", searched)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    pytest.param(["--model", "8b", "--gpus", "8", "-o", f"{LONG}.json"], "--output", id="search-output"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--plot", f"{LONG}.png"], "--plot", id="search-plot"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--export", "megatron", "-o", f"{LONG}.txt"], "--output",
+                 id="export-output"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--tp", "8", "--pp", "1", "--dp", "1", "-o", f"{LONG}.json"],
+                 "--output", id="pinned-output"),
+    pytest.param(["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200", "-o", f"{LONG}.json"], "--output",
+                 id="comparison-output"),
+    pytest.param(["sweep", "--model", "8b", "--gpus", "8,16", "-o", f"{LONG}.json"], "--output", id="sweep-output"),
+    pytest.param(["sweep", "--model", "8b", "--gpus", "8,16", "--plot", f"{LONG}.png"], "--plot", id="sweep-plot"),
+    pytest.param(["sweep", "--model", "8b", "--gpus", "8,16", "--plot", "/nonexistent/x.png"], "--plot",
+                 id="sweep-plot-missing-dir"),
+    pytest.param(["validate", "-o", f"{LONG}.json"], "--output", id="validate-output"),
+])
+def test_an_unwritable_path_is_bad_input_before_any_search(capsys, tmp_path, monkeypatch, no_search, argv, flag):
+    monkeypatch.chdir(tmp_path)
+    line = bad(capsys, *argv)                      # exit 2, one line, nothing on stdout (no table first)
+    assert line.startswith(f"error: {flag}: "), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_oserror_while_writing_names_the_flag(monkeypatch, tmp_path):
+    """Whatever the OS refuses at write time (a full disk, ...) is a PlannerError naming the flag, not a traceback."""
+    import os
+
+    from planner.errors import PlannerError
+    from planner.output import write_atomic
+
+    def refuse(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(PlannerError, match=r"^--plot: cannot write .*No space left on device"):
+        write_atomic(tmp_path / "x.png", b"data", flag="--plot")
+    assert leftovers(tmp_path) == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_long_but_legal_name_is_written(capsys, tmp_path):
+    """The temporary file beside the target stays within the name limit even when the target's name is near it."""
+    target = tmp_path / ("b" * 245 + ".json")
+    code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", target)
+    assert code == 0, err
+    assert json.loads(target.read_text())["configs"] and leftovers(tmp_path) == []

@@ -129,3 +129,43 @@ def test_global_batch_from_tokens_and_conflicts():
         make_job(m, 512, global_batch=8, global_batch_tokens=2**20)
     with pytest.raises(PlannerError, match="whole number"):
         make_job(m, 512, global_batch_tokens=1000)
+
+
+def test_numpy_scalars_are_numbers_wherever_numbers_are():
+    """numbers.Integral / numbers.Real, numpy scalars included; a bool is never a number."""
+    import numpy as np
+
+    from planner import PlannerError, evaluate, search
+
+    plain = search(model="8b", gpus=8, seq_len=4096, global_batch=64, headroom_gib=5.0)
+    numpy = search(model="8b", gpus=np.int32(8), seq_len=np.int64(4096), global_batch=np.int64(64),
+                   headroom_gib=np.float32(5))
+    assert plain.equals(numpy)
+    by_tokens = search(model="8b", gpus=8, seq_len=4096, global_batch_tokens=np.int64(64 * 4096), headroom_gib=5)
+    assert by_tokens.equals(plain)
+    assert evaluate("8b", 8, tp=np.int64(2), pp=np.uint8(1), dp=np.int16(4), micro_batch=np.int64(1)).fits
+    for bad in (dict(seq_len=True), dict(seq_len=np.float64(4096)), dict(global_batch=np.bool_(True)),
+                dict(global_batch_tokens=np.float32(2**20)), dict(headroom_gib=np.bool_(True)), dict(gpus=True)):
+        field = "--" + next(iter(bad)).replace("_", "-")
+        with pytest.raises(PlannerError, match=f"^{field}: got"):
+            search(**{"model": "8b", "gpus": 8, **bad})
+
+
+def test_the_min_gpu_scan_tries_its_limit_and_says_how_far_it_went():
+    """smallest_fitting_gpus tries the limit itself (the doubling could stop short of it), and the message names the
+    counts that were really tried: above a request beyond the limit, none."""
+    from dataclasses import replace
+
+    from planner.search import MAX_GPUS_TRIED, min_gpus_text, smallest_fitting_gpus
+
+    r = run_search("405b", 16, find_min_gpus=False)
+    args = (r.model, r.hardware, r.job, r.pins, r.capacity_bytes, False, r.precision, r.runtime)
+    fits_at = smallest_fitting_gpus(*args)
+    assert fits_at is not None and fits_at > 64
+    assert smallest_fitting_gpus(*args, max_gpus=fits_at + 7) == fits_at      # 16..64 linear, then 128 > the limit
+    assert smallest_fitting_gpus(*args, max_gpus=fits_at - 1) is None
+    assert min_gpus_text(replace(r, min_gpus_that_fit=fits_at)) == f"{fits_at:,}"
+    assert min_gpus_text(r) == f"none up to {MAX_GPUS_TRIED:,} GPUs, the most the search tries"
+    beyond = replace(r, job=replace(r.job, gpus=2 * MAX_GPUS_TRIED))
+    assert min_gpus_text(beyond) == (f"none tried: the scan for a larger count stops at {MAX_GPUS_TRIED:,} GPUs, not "
+                                     f"above the {2 * MAX_GPUS_TRIED:,} asked")

@@ -94,3 +94,77 @@ def test_plan_with_tokens_and_hardware_comparison_cli():
     res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,b200", "--tokens", "1T",
                               "--price-per-gpu-hour", "2.5", "--sort", "cost", "--format", "csv"])
     assert res.exit_code == 0 and res.stdout.startswith("hardware,")
+
+
+# --- exit codes and reasons: a GPU count no layout can use is bad input (2); nothing fitting is 1 -------------------
+
+def test_sweep_and_comparison_of_a_count_no_layout_can_use_are_bad_input(capsys):
+    from cli_contract import assert_mentions, bad, run
+
+    _, _, alone = run(capsys, "--model", "8b", "--gpus", "7")
+    for argv in (["sweep", "--model", "8b", "--gpus", "7"], ["--model", "8b", "--gpus", "7", "--hardware",
+                                                              "h100-sxm,b200"]):
+        line = bad(capsys, *argv)
+        assert line == alone.rstrip("\n"), (line, alone)      # the same reasons as the search on its own
+        assert_mentions(line, "--gpus", "7 GPUs", "TP does not divide the heads")
+
+
+def test_rows_without_a_layout_say_why():
+    df = sweep("8b", "7,8")                     # one usable count: the other's row names the top rejection
+    row = df.set_index("gpus").loc[7]
+    assert row.status == "no valid layout" and row.reason.startswith("global batch not divisible by DP x micro-batch")
+    assert df.set_index("gpus").loc[8].status == "ok"
+    assert [type(v) for v in df.tp] == [type(None), int]          # integers stay integers beside the empty row
+    df = sweep("405b", "8,512")
+    assert df.reason[0].startswith("closest needs 857.4 GiB of 74.1") and df.reason.isna()[1]
+    df = compare_hardware("8b", 16, "h100-sxm,gb200", tp=16)     # TP 16 fits the NVL72 domain, not an 8-GPU node
+    rows = df.set_index("hardware")
+    assert rows.loc["gb200"].status == "ok"
+    assert rows.loc["h100-sxm"].status == "no valid layout"
+    assert rows.loc["h100-sxm"].reason.startswith("TP exceeds the 8 GPUs of a node")
+
+
+def test_sweep_cli_rows_and_exit_codes():
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "7,8"])
+    assert res.exit_code == 0 and "no valid layout: global batch not divisible" in res.output, res.output
+    assert "TP1 PP1 DP8" in res.output                            # not TP1.0 PP1.0 DP8.0
+    res = runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8,16", "--format", "json"])
+    assert res.exit_code == 1
+    assert [r["reason"].split(" GiB")[0] for r in json.loads(res.stdout)["rows"]] == ["closest needs 857.4",
+                                                                                     "closest needs 431.6"]
+
+
+def test_export_when_nothing_fits_is_nothing_fits_not_bad_input():
+    plain = runner.invoke(app, ["--model", "405b", "--gpus", "8"])
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "8", "--export", "megatron"])
+    assert plain.exit_code == res.exit_code == 1, res.output
+    assert res.output == plain.output and "Nothing fits" in res.output and "--tensor-model" not in res.output
+
+
+# --- the library forms take what the command line takes -------------------------------------------------------------
+
+def test_compare_hardware_takes_a_comma_separated_string():
+    listed = compare_hardware("8b", 8, ["h100-sxm", "a100-80gb"])
+    text = compare_hardware("8b", 8, "h100-sxm, a100-80gb")
+    assert list(text.hardware) == list(listed.hardware) == ["h100-sxm", "a100-80gb"]
+    assert list(text.tokens_per_s) == list(listed.tokens_per_s)
+    with pytest.raises(PlannerError, match="--hardware.*listed twice"):
+        compare_hardware("8b", 8, "h100-sxm,h100-sxm")
+
+
+def test_sweep_and_comparison_take_the_pins_search_takes():
+    from planner import Pins, search
+
+    df = sweep("8b", "8,16", tp=2, recompute="selective")
+    for _, row in df.iterrows():
+        best = search("8b", int(row.gpus), tp=2, recompute="selective").iloc[0]
+        assert row.tp == 2 and row.recompute == "selective" and row.tokens_per_s == pytest.approx(best.tokens_per_s)
+    df = compare_hardware("8b", 8, "h100-sxm,b200", tp=2, micro_batch=2)
+    assert set(df.tp) == {2} and set(df.micro_batch) == {2}
+    assert list(sweep("8b", "8", pins=Pins(tp=4)).tp) == [4]
+    with pytest.raises(PlannerError, match="^tp: given both"):
+        sweep("8b", "8", tp=2, pins=Pins(tp=4))
+    with pytest.raises(PlannerError, match=r"^--tp: tp\(3\) does not divide gpus\(8\)"):
+        sweep("8b", "8,16", tp=3)                                # no count can take it: bad input
+    df = sweep("8b", "8,12", tp=8)                               # one count can: the other row says why
+    assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "--tp: tp(8) does not divide gpus(12)"

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from planner.checks import is_int
 from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
 from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
@@ -134,9 +135,9 @@ def _hf_field(cfg: dict, key: str, where: str, default=None):
         if default is None:
             raise PlannerError(where, f"missing field {key!r} needed to build the model")
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise PlannerError(where, f"field {key!r} must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from numbers import Integral
-
 import numpy as np
 
+from planner.checks import checked_int, is_int
 from planner.errors import PlannerError
 
 # Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count. CP sits next to TP
@@ -81,8 +80,8 @@ class Job:
     def __post_init__(self):
         for name, value, upper in (("--gpus", self.gpus, MAX_GPUS), ("--seq-len", self.seq_len, MAX_SEQ_LEN),
                                    ("--global-batch", self.global_batch, MAX_GLOBAL_BATCH)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PlannerError(name, f"got {value!r}, expected a positive integer")
+            value = checked_int(value, name)
+            object.__setattr__(self, name.removeprefix("--").replace("-", "_"), value)
             if value > upper:
                 raise PlannerError(name, f"got {value:,}, expected at most {upper:,}")
 
@@ -133,7 +132,7 @@ class Runtime:
 
     def __post_init__(self):
         gen = self.flash_attention_gen
-        if isinstance(gen, (bool, np.bool_)) or not isinstance(gen, Integral) or gen not in FLASH_GENERATIONS:
+        if not is_int(gen) or gen not in FLASH_GENERATIONS:
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
 
 
@@ -155,12 +154,9 @@ class Layout:
 
     def __post_init__(self):
         for f in ("tp", "cp", "pp", "dp", "micro_batch", "vpp"):
-            value = getattr(self, f)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < 1:
-                raise PlannerError(f"--{f.replace('_', '-')}", f"got {value!r}, expected a positive integer")
-            object.__setattr__(self, f, int(value))
+            object.__setattr__(self, f, checked_int(getattr(self, f), f"--{f.replace('_', '-')}"))
         k = self.recompute_layers
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or k < 0:
+        if not is_int(k) or k < 0:
             raise PlannerError("--recompute-layers", f"got {k!r}, expected a non-negative integer (0: every layer)")
         object.__setattr__(self, "recompute_layers", int(k))
         if not isinstance(self.sequence_parallel, (bool, np.bool_)):

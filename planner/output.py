@@ -1,0 +1,65 @@
+"""Output files: a path checked before the work, then written atomically. Every OSError names the flag."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+_TMP_NAME_CHARS = 200        # of the target's name in the temporary file's: ".NAME.XXXXXXXX.tmp" stays <= 255
+
+
+def check_writable(path, flag: str = "--output") -> Path:
+    """The target of `flag` as a Path, or the one-line error: a directory, a missing or unwritable directory, a
+    name the file system refuses (too long, ...). Run it before the work, so a bad path fails fast."""
+    target = Path(path).expanduser()
+    try:
+        if target.is_dir():
+            raise PlannerError(flag, f"{target} is a directory; expected a file path")
+        if not target.parent.is_dir():
+            what = "is a file, not a directory" if target.parent.exists() else "does not exist"
+            raise PlannerError(flag, f"directory {target.parent} {what}")
+        try:
+            os.lstat(target)                      # ENAMETOOLONG and the like; a file not there yet is fine
+        except FileNotFoundError:
+            pass
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise PlannerError(flag, f"cannot write {target}: directory {target.parent} is not writable")
+    except OSError as exc:
+        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
+    return target
+
+
+def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
+    """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file.
+    Errors name `flag`, the option that gave the path."""
+    target = check_writable(path, flag)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:_TMP_NAME_CHARS]}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)                       # mkstemp creates 0600; give the file normal permissions
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def emit(text: str, output=None) -> None:
+    """Data to stdout, or atomically to the file `output` (with a note on stderr)."""
+    if output is None:
+        print(text, end="")
+        return
+    write_atomic(output, text)
+    print(f"wrote {output}", file=sys.stderr)
