@@ -20,6 +20,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     t, cp, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
                                                               "zero"))
     s, gpn = job.seq_len, hw.gpus_per_node
+    one_node = job.gpus <= gpn
     heads_ok = (m.heads % t == 0) & ((m.kv_heads % t == 0) | (t % m.kv_heads == 0))
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
     mid = stage_layers(m.layers, p)[1]
@@ -31,12 +32,13 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
         (f"TP does not divide hidden ({m.hidden}) and FFN ({m.ffn_hidden})", dims_ok),
         (f"TP exceeds the {hw.gpus_per_node} GPUs of a node", allow_cross_node_tp | (t <= hw.gpus_per_node)),
-        # Ranks are placed TP innermost, then CP, in node order: a TP (or TP x CP) block that does not tile the node
-        # leaves some groups on two nodes (TP 6 on 8-GPU nodes: ranks 6-11), which the costs do not price.
+        # Ranks are placed TP innermost, then CP, in node order: on more than one node, a TP (or TP x CP) block that
+        # does not tile the node leaves some groups on two nodes (TP 6 on 8-GPU nodes: ranks 6-11), which the costs
+        # do not price.
         (f"TP does not tile the {gpn}-GPU nodes (a group would straddle two nodes)",
-         np.where(t <= gpn, gpn % t == 0, t % gpn == 0)),
+         one_node | np.where(t <= gpn, gpn % t == 0, t % gpn == 0)),
         (f"TP x CP does not tile the {gpn}-GPU nodes (a CP group would straddle two nodes)",
-         (t * cp > gpn) | (gpn % (t * cp) == 0)),
+         one_node | (t * cp > gpn) | (gpn % (t * cp) == 0)),
         (f"PP does not split the {m.layers} layers (L or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
         ("global batch not divisible by DP x micro-batch", batch_ok),
         # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal

