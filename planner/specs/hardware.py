@@ -22,7 +22,10 @@ GIB = 2**30
 # --- file schema (edge: human units) -------------------------------------------------------------------------------
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict types, as in the model file schema (specs/model.py): `gpus_per_node: true`, `tdp_w: "700"` or
+    `gpus_per_node: 8.0` is an error naming the field, never 1, 700.0 or 8. (An integer is a valid float.)"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class _Peaks(_Strict):
