@@ -50,6 +50,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> 
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
+        if not runtime.cp_comm_overlap:     # Megatron-LM --cp-comm-type: p2p (default, the overlapped ring), a2a,
+            args.append("--cp-comm-type allgather")   # allgather or a2a+p2p (megatron/training/arguments.py)
     edge, mid = (int(x) for x in stage_layers(m.layers, pp))
     if pp > 1 and edge != mid:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
