@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (Format, budget_options, float_flag, hardware_list, int_flag, output_format, parse_count,
-                           usage_error_line)
+from planner.flags import (API_FIELD_FLAGS, Format, budget_options, float_flag, hardware_list, int_flag,
+                           output_format, parse_count, reject_unused, runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -43,8 +43,8 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except PlannerError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except PlannerError as exc:      # a library field the CLI sets from a flag is named as that flag
+            print(f"error: {API_FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
     return wrapper
 
@@ -80,8 +80,9 @@ def plan(
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
-    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
-                                         help="FlashAttention kernels (no s x s scores in memory)."),
+    flash_attention: Optional[bool] = typer.Option(None, "--flash-attention/--no-flash-attention",
+                                                   help="FlashAttention kernels (no s x s scores in memory); "
+                                                   "default: the hardware's (none on V100)."),
     flash_gen: Optional[str] = typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 "
                                             "(default: FlashAttention-2, cuDNN fused attention) or 1 "
                                             "(FlashAttention-1, its Triton port: half the rate)."),
@@ -119,12 +120,12 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import MAX_GPUS_TRIED, Pins, require_valid, run_search
-    from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
+    from planner.specs.strategy import recompute_code, zero_code
 
     if recompute is not None:
         recompute_code(recompute)
     pinned = tp is not None and pp is not None and dp is not None
-    _reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
+    reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
                    top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue})
     budget = budget_options(tokens, price, pue)
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
@@ -133,17 +134,9 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    if cp_comm not in ("ring", "allgather"):
-        raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
-    gen = flash_gen.strip() if flash_gen is not None else "2"
-    if gen not in [str(g) for g in FLASH_GENERATIONS]:
-        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
-    if flash_gen is not None and not flash_attention:
-        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
     if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
         raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
-    runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
-                      cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(gen))
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap)
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
@@ -208,30 +201,6 @@ def plan(
             smallest = result.min_gpus_that_fit or f"none up to {MAX_GPUS_TRIED:,}"
             print(f"nothing fits; closest layouts are listed (min GPUs that fit: {smallest})", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
-
-
-def _reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
-    """A flag the chosen mode would ignore is an error, not a silent no-op."""
-    from planner.sweep import SORT_KEYS
-
-    if top is not None and (hardware or pinned or export is not None):
-        mode = ("a hardware comparison shows one row per profile" if hardware else
-                "a pinned layout shows one layout" if pinned else "--export prints one layout")
-        raise PlannerError("--top", f"ranks a search; {mode}")
-    given = [flag for flag, value in budget_flags.items() if value is not None]
-    if export is not None and given:
-        raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
-
-    if sort not in SORT_KEYS:
-        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    if sort != "throughput" and not hardware:
-        raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
-    if export is not None and (hardware or plot is not None or fmt is not Format.table):
-        other = "--hardware with several profiles" if hardware else ("--plot" if plot is not None else "--format")
-        raise PlannerError("--export", f"prints one layout's launch settings; it does not combine with {other}")
-    if plot is not None and (hardware or pinned):
-        raise PlannerError("--plot", "draws a ranked search of one hardware profile; not with "
-                                     + ("several --hardware profiles" if hardware else "a pinned --tp/--pp/--dp"))
 
 
 def _export_layout(framework: str, model, gpus, pins: dict, common: dict, output) -> None:

@@ -126,3 +126,47 @@ def hardware_list(text: str) -> list[str]:
     if repeated is not None:
         raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
     return names
+
+
+def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
+    """A flag the chosen mode would ignore is an error, not a silent no-op."""
+    from planner.sweep import SORT_KEYS
+
+    if top is not None and (hardware or pinned or export is not None):
+        mode = ("a hardware comparison shows one row per profile" if hardware else
+                "a pinned layout shows one layout" if pinned else "--export prints one layout")
+        raise PlannerError("--top", f"ranks a search; {mode}")
+    given = [flag for flag, value in budget_flags.items() if value is not None]
+    if export is not None and given:
+        raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
+
+    if sort not in SORT_KEYS:
+        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
+    if sort != "throughput" and not hardware:
+        raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
+    if export is not None and (hardware or plot is not None or fmt is not Format.table):
+        other = "--hardware with several profiles" if hardware else ("--plot" if plot is not None else "--format")
+        raise PlannerError("--export", f"prints one layout's launch settings; it does not combine with {other}")
+    if plot is not None and (hardware or pinned):
+        raise PlannerError("--plot", "draws a ranked search of one hardware profile; not with "
+                                     + ("several --hardware profiles" if hardware else "a pinned --tp/--pp/--dp"))
+
+
+# Library fields the CLI sets from a flag: an error about one names the flag the user typed.
+API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen"}
+
+
+def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool):
+    """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
+    then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention."""
+    from planner.specs.strategy import FLASH_GENERATIONS, Runtime
+
+    if cp_comm not in ("ring", "allgather"):
+        raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
+    gen = flash_gen.strip() if flash_gen is not None else None
+    if gen is not None and gen not in [str(g) for g in FLASH_GENERATIONS]:
+        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
+    if gen is not None and flash_attention is False:
+        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
+    return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
+                   flash_attention_gen=None if gen is None else int(gen))

@@ -221,6 +221,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     import pandas as pd
 
     m, hw = load_model(model), load_hardware(hardware)
+    runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
         raise PlannerError("--gpus", f"got {gpus!r}, expected a positive integer")
     job = make_job(m, int(gpus), seq_len, global_batch, global_batch_tokens)

@@ -40,6 +40,7 @@ class _Gpu(_Strict):
     hbm_capacity_gib: float = Field(gt=1, lt=4096)
     hbm_bandwidth_tb_per_s: float = Field(gt=0.05, lt=100)
     tdp_w: float = Field(gt=10, lt=10_000)
+    fused_attention: bool = True     # FlashAttention-class kernels run here (false: V100, sm70)
 
 
 class _Link(_Strict):
@@ -126,6 +127,7 @@ class HardwareSpec:
     price_usd_per_gpu_hour: float | None
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
     gpus_per_host: int = 0                  # GPUs allocated together (0: a whole node); GB200 NVL72: a 4-GPU tray
+    fused_attention: bool = True            # FlashAttention / fused attention kernels run here (Runtime.for_hardware)
 
     @property
     def alloc_gpus(self) -> int:
@@ -170,6 +172,7 @@ class HardwareSpec:
             framework_overhead_bytes=f.memory.framework_overhead_gib * GIB,
             price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
             peak_flops_by_dtype=peaks,
+            fused_attention=f.gpu.fused_attention,
         )
 
 
