@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (Format, budget_options, check_paths, float_flag, hardware_list, int_flag, output_format,
-                           parse_count, reject_unused, usage_error_line)
+from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_paths, float_flag, hardware_list,
+                           int_flag, output_format, parse_count, reject_unused, runtime_flags,
+                           usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -43,8 +44,8 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except PlannerError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except PlannerError as exc:      # a library field the CLI sets from a flag is named as that flag
+            print(f"error: {API_FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
     return wrapper
 
@@ -80,8 +81,9 @@ def plan(
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
-    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
-                                         help="FlashAttention kernels (no s x s scores in memory)."),
+    flash_attention: Optional[bool] = typer.Option(None, "--flash-attention/--no-flash-attention",
+                                                   help="FlashAttention kernels (no s x s scores in memory); "
+                                                   "default: the hardware's (none on V100)."),
     flash_gen: Optional[str] = typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 "
                                             "(default: FlashAttention-2, cuDNN fused attention) or 1 "
                                             "(FlashAttention-1, its Triton port: half the rate)."),
@@ -119,7 +121,7 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
-    from planner.specs.strategy import FLASH_GENERATIONS, Runtime, recompute_code, zero_code
+    from planner.specs.strategy import recompute_code, zero_code
 
     if recompute is not None:
         recompute_code(recompute)
@@ -134,17 +136,9 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    if cp_comm not in ("ring", "allgather"):
-        raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
-    gen = flash_gen.strip() if flash_gen is not None else "2"
-    if gen not in [str(g) for g in FLASH_GENERATIONS]:
-        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
-    if flash_gen is not None and not flash_attention:
-        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
     if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
         raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
-    runtime = Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap,
-                      cp_comm_overlap=cp_comm == "ring", flash_attention_gen=int(gen))
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap)
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
@@ -304,12 +298,12 @@ def hardware_cmd():
     from planner.specs.hardware import list_hardware
 
     t = Table(header_style="bold")
-    for col in ("name", "description", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s", "NIC GB/s",
+    for col in ("name", "description", "16-bit TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s", "NIC GB/s",
                 "$/GPU-h"):
         t.add_column(col, justify="left" if col in ("name", "description") else "right")
     for h in list_hardware():
         price = f"{h.price_usd_per_gpu_hour:.2f}" if h.price_usd_per_gpu_hour else "n/a"
-        t.add_row(h.name, h.description, f"{h.peak_flops / 1e12:.0f}", f"{h.hbm_bytes / 2**30:.1f}",
+        t.add_row(h.name, h.description, f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
                   f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
                   f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)
     _out().print(t)

@@ -27,6 +27,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     batch_ok = job.global_batch % (b * d) == 0
     num_mb = job.global_batch // np.maximum(b * d, 1)
     not_op = np.asarray(c["recompute"]) != RECOMPUTE.index("op")
+    fused = "fused (flash) attention" + ("" if hw.fused_attention else f", which {hw.name} does not have")
     return [
         ("TP x CP x PP x DP != GPUs", t * cp * p * d == job.gpus),
         (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
@@ -44,11 +45,11 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal
         # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).
         (f"context parallelism needs the sequence ({s}) divisible by 2 x CP", (cp == 1) | (s % (2 * cp) == 0)),
-        ("context parallelism needs fused (flash) attention", (cp == 1) | bool(flash_attention)),
+        (f"context parallelism needs {fused}", (cp == 1) | bool(flash_attention)),
         # torchtitan's per-op policy saves the fused attention kernel's output (unfused attention is not modelled),
         # runs TP only with SP, and saves aten.mm outputs: a biased linear (aten.addmm) would save nothing, and it
         # does not restore the RNG state that recomputed dropout needs (preserve_rng_state=False).
-        ("op-level recompute needs fused (flash) attention", not_op | bool(flash_attention)),
+        (f"op-level recompute needs {fused}", not_op | bool(flash_attention)),
         ("op-level recompute with TP needs sequence parallelism", not_op | (t == 1) | np.asarray(sp, dtype=bool)),
         ("op-level recompute needs a model without biases or dropout (torchtitan's Llama)",
          not_op | (not (m.bias or m.qkv_bias or m.dropout))),

@@ -6,6 +6,11 @@ Names follow the frameworks' current sources: Megatron-LM `megatron/training/arg
 ([parallelism], [activation_checkpoint], [training]) and DeepSpeed's JSON config (zero_optimization.stage,
 train_micro_batch_size_per_gpu, gradient_accumulation_steps). What a framework cannot express is said in a comment
 (or, for JSON, in `notes` returned beside it).
+
+Mixed precision follows the GPU (HardwareSpec.mixed_precision): bf16, or, on a GPU without bf16 (V100), fp16 with
+dynamic loss scaling: Megatron `--fp16` (its `--loss-scale` default None is dynamic scaling) and DeepSpeed's `fp16`
+block with `"loss_scale": 0` (dynamic). torchtitan trains in bf16 or fp32 only (`training.mixed_precision_param:
+Literal["bfloat16", "float32"]`, torchtitan/config/job_config.py; no loss scaler), so it refuses such a GPU.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 
 from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
+from planner.errors import PlannerError
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Runtime
 
@@ -44,12 +50,15 @@ def unsupported(framework: str, row) -> str | None:
     return None
 
 
-def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> str:
-    """Megatron-LM command-line arguments for the layout (and the runtime features the plan priced)."""
+def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dtype: str = "bf16") -> str:
+    """Megatron-LM command-line arguments for the layout (and the runtime features the plan priced); `dtype` is the
+    16-bit format of mixed precision, bf16 or fp16 (HardwareSpec.mixed_precision)."""
     tp, cp, pp, dp, v = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp"))
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
+        if not runtime.cp_comm_overlap:     # Megatron-LM --cp-comm-type: p2p (default, the overlapped ring), a2a,
+            args.append("--cp-comm-type allgather")   # allgather or a2a+p2p (megatron/training/arguments.py)
     edge, mid = (int(x) for x in stage_layers(m.layers, pp))
     if pp > 1 and edge != mid:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
@@ -75,14 +84,33 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> 
     if dp * cp > 1:                          # gradients are reduced over DP x CP
         args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
     args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
-             f"--seq-length {job.seq_len}", "--bf16"]
+             f"--seq-length {job.seq_len}"]
+    # fp16: Megatron keeps fp32 main gradients only for bf16 unless asked (arguments.py validate_args); the plan
+    # priced fp32 main grads (Precision.grad_bytes 4), so ask.
+    args += ["--fp16", "--accumulate-allreduce-grads-in-fp32"] if _fp16(dtype) else ["--bf16"]
     layout = f"TP {tp} x CP {cp} x PP {pp} x DP {dp}" if cp > 1 else f"TP {tp} x PP {pp} x DP {dp}"
     header = f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
+    if _fp16(dtype):
+        header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     return header + "\n" + " \\\n".join(args) + "\n"
 
 
-def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
-    """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training])."""
+def _no_torchtitan_fp16(gpu: str) -> PlannerError:
+    return PlannerError("--export", f"torchtitan cannot train on {gpu}: it has no bf16, and torchtitan's mixed "
+                                    "precision is bf16 or fp32 only (training.mixed_precision_param; no fp16 loss "
+                                    "scaling); export megatron or deepspeed, which write fp16 with dynamic loss scaling")
+
+
+def _fp16(dtype: str) -> bool:
+    if dtype not in ("bf16", "fp16"):
+        raise PlannerError("dtype", f"got {dtype!r}, expected bf16 or fp16 (the 16-bit format of mixed precision)")
+    return dtype == "fp16"
+
+
+def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> str:
+    """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training]); bf16 only."""
+    if _fp16(dtype):
+        raise _no_torchtitan_fp16("this GPU")
     tp, cp, pp, dp, v, zero = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp", "zero_stage"))
     notes = []
     if zero == 0:
@@ -146,7 +174,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job) -> str:
     return "\n".join(notes + lines) + "\n"
 
 
-def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
+def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> tuple[dict, list[str]]:
     """A DeepSpeed JSON config and the notes for what lives outside it (TP, PP)."""
     tp, pp, dp, zero = (int(row[k]) for k in ("tp", "pp", "dp", "zero_stage"))
     micro = int(row["micro_batch"])
@@ -154,13 +182,16 @@ def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": job.global_batch // (micro * dp),
-        "bf16": {"enabled": True},
+        # DeepSpeed's fp16 loss_scale 0 is dynamic loss scaling (config docs; DeepSpeed PR #7889 keeps 0 as dynamic)
+        **({"fp16": {"enabled": True, "loss_scale": 0}} if _fp16(dtype) else {"bf16": {"enabled": True}}),
         "zero_optimization": {"stage": zero, "overlap_comm": True, "contiguous_gradients": True},
         "gradient_clipping": 1.0,
     }
     if row["recompute"] != "none":
         cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
     notes = [f"data-parallel size {dp}: train_batch_size = micro-batch x gradient accumulation x DP"]
+    if _fp16(dtype):
+        notes.append("fp16 mixed precision with dynamic loss scaling (loss_scale 0): this GPU has no bf16")
     if tp > 1:
         notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "
                      f"--tensor-model-parallel-size {tp}), not from this JSON")
@@ -178,27 +209,30 @@ def deepspeed_config(row, m: ModelSpec, job: Job) -> tuple[dict, list[str]]:
     return cfg, notes
 
 
-def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runtime()) -> tuple[str, list[str]]:
-    """(text, notes) for `framework` (one of FRAMEWORKS). Megatron and torchtitan carry their notes as comments in
-    the text; DeepSpeed's JSON cannot, so its notes come back separately."""
+def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(),
+           dtype: str = "bf16") -> tuple[str, list[str]]:
+    """(text, notes) for `framework` (one of FRAMEWORKS), in mixed precision `dtype` (bf16, or fp16 on a GPU without
+    bf16: HardwareSpec.mixed_precision). Megatron and torchtitan carry their notes as comments in the text;
+    DeepSpeed's JSON cannot, so its notes come back separately."""
     if framework == "megatron":
-        return megatron_args(row, m, job, runtime), []
+        return megatron_args(row, m, job, runtime, dtype), []
     if framework == "torchtitan":
-        return torchtitan_toml(row, m, job), []
-    cfg, notes = deepspeed_config(row, m, job)
+        return torchtitan_toml(row, m, job, dtype), []
+    cfg, notes = deepspeed_config(row, m, job, dtype)
     return json.dumps(cfg, indent=2) + "\n", notes
 
 
 def best_supported(framework: str, result) -> tuple[str, list[str]]:
     """The best fitting layout of a search that `framework` can run, as (text, notes)."""
-    from planner.errors import PlannerError
-
+    dtype = result.hardware.mixed_precision
+    if framework == "torchtitan" and _fp16(dtype):           # before the rows: no layout changes the answer
+        raise _no_torchtitan_fp16(result.hardware.name)
     rows = [r for _, r in result.table.iterrows() if unsupported(framework, r) is None]
     if not rows:
         why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     best, overall = rows[0], result.table.iloc[0]
-    text, notes = export(framework, best, result.model, result.job, result.runtime)
+    text, notes = export(framework, best, result.model, result.job, result.runtime, dtype)
     if best["tokens_per_s"] < overall["tokens_per_s"]:
         notes.insert(0, f"best layout {framework} can run; the overall best "
                         f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "

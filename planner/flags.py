@@ -165,3 +165,23 @@ def check_paths(output=None, plot=None) -> None:
         check_writable(output, "--output")
     if plot is not None:
         check_plot_path(plot)
+
+
+# Library fields the CLI sets from a flag: an error about one names the flag the user typed.
+API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen"}
+
+
+def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool):
+    """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
+    then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention."""
+    from planner.specs.strategy import FLASH_GENERATIONS, Runtime
+
+    if cp_comm not in ("ring", "allgather"):
+        raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
+    gen = flash_gen.strip() if flash_gen is not None else None
+    if gen is not None and gen not in [str(g) for g in FLASH_GENERATIONS]:
+        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
+    if gen is not None and flash_attention is False:
+        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
+    return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
+                   flash_attention_gen=None if gen is None else int(gen))

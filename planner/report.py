@@ -17,7 +17,7 @@ from planner.whatif import suggestions
 
 CONVENTIONS = {
     "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention not halved for causality) / (step * GPUs * "
-           "dense bf16 peak); excludes recomputation",
+           "dense 16-bit peak: bf16, fp16 where the GPU has no bf16); excludes recomputation",
     "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer, full(k): k per chunk; selective: attention "
            "core; op: every 2nd matmul)",
     "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
@@ -140,7 +140,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: "
                       f"{min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
-    out.print("MFU: model FLOPs (PaLM convention, causal attention not halved) / dense bf16 peak; memory in GiB.")
+    unfused = "" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)"
+    out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "
+              f"memory in GiB{unfused}.")
 
 
 def print_breakdown(ev, out: Console) -> None:

@@ -220,6 +220,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     import pandas as pd
 
     m, hw = load_model(model), load_hardware(hardware)
+    runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB

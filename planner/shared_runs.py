@@ -23,7 +23,7 @@ Rules (each one is why, briefly):
 - the source's year is the latest year its group and source text name (arXiv ids are not years), else its
   framework's era.
 - runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
-  mid-2022), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
+  mid-2022; never on a profile without fused attention kernels, V100), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
   backward from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
   matrix over flat rings.
@@ -262,14 +262,15 @@ def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
                               f"{layout['recompute_layers']} per {chunk}-layer chunk (torchtitan counts every n-th block)")
 
 
-def _runtime(run: dict, year: int | None, zero: int | None) -> dict:
+def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> dict:
+    from planner.specs.hardware import load_hardware
     fw = text_of(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
     # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
     # and NeMo recipes); NeMo's performance recipes also overlap TP communication with GEMMs (comm-overlap callback).
     modern = not deepspeed and (year is None or year >= 2023)
-    rt = {"flash_attention": year is None or year >= 2023,
+    rt = {"flash_attention": (year is None or year >= 2023) and load_hardware(hardware).fused_attention,
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
@@ -368,7 +369,7 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
             notes["vocab"] = f"{model['vocab']} padded to {padded} (Megatron: a multiple of 128 x TP)"
             model["vocab"] = padded
         measured, extra = _measured(run, layout, hardware, year, notes)
-        runtime = _runtime(run, year, layout.get("zero_stage"))
+        runtime = _runtime(run, year, layout.get("zero_stage"), hardware)
         precision = _precision(run, year)
         notes["runtime"] = f"from framework {run.get('framework')!r} and source year {year}"
         if runtime.get("flash_attention_gen") == 1:

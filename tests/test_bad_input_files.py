@@ -138,6 +138,16 @@ HW_CASES = [
     ("inf-tdp", "tdp_w: 700", "tdp_w: .inf", ["gpu.tdp_w"]),
     ("string-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: eighty", ["gpu.hbm_capacity_gib", "eighty"]),
     ("missing-name", "name: h100-sxm\n", "", ["name", "missing"]),
+    # strict types, as in model files: YAML booleans, quoted numbers and floats are not coerced
+    ("bool-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: true", ["node.gpus_per_node", "integer", "True"]),
+    ("float-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: 8.0", ["node.gpus_per_node", "integer", "8.0"]),
+    ("quoted-gpus-per-node", "gpus_per_node: 8", "gpus_per_node: '8'", ["node.gpus_per_node", "integer", "'8'"]),
+    ("quoted-tdp", "tdp_w: 700", "tdp_w: '700'", ["gpu.tdp_w", "number", "'700'"]),
+    ("bool-tdp", "tdp_w: 700", "tdp_w: true", ["gpu.tdp_w", "number", "True"]),
+    ("quoted-latency", "step_latency_us: 1.9", "step_latency_us: '1.9'",
+     ["node.intra_node.step_latency_us", "number", "'1.9'"]),
+    ("numeric-name", "name: h100-sxm", "name: 100", ["name", "string", "100"]),
+    ("numeric-alias", "aliases: [", "aliases: [5, ", ["aliases.0", "string", "5"]),
 ]
 
 

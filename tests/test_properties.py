@@ -34,6 +34,7 @@ from planner.specs.strategy import Job
 
 GIB = 2**30
 HARDWARE = planner.list_hardware()
+FUSED = [hw for hw in HARDWARE if hw.fused_attention]      # context parallelism runs only on fused attention
 PRESETS = sorted(mf.name for mf in planner.list_models())
 # PLANNER_PROPERTY_EXAMPLES=2000 for a longer run (the search property scales with it, 1/4 as many).
 EXAMPLES = int(os.environ.get("PLANNER_PROPERTY_EXAMPLES", "80"))
@@ -141,10 +142,10 @@ def test_memory_never_increases_when_tp_doubles(data, m, hw):
 
 
 @PROPS
-@given(data=st.data(), m=models(), hw=st.sampled_from(HARDWARE))
+@given(data=st.data(), m=models(), hw=st.sampled_from(FUSED))
 def test_memory_never_increases_when_cp_doubles(data, m, hw):
     """Context parallelism halves every activation per rank (exactly, on one stage) and lets ZeRO shard over twice
-    the replicas."""
+    the replicas (on hardware with fused attention, the only one CP runs on: constraints.rules)."""
     layout, batch = data.draw(layouts(m, pp=1), label="layout")
     c = layout["cp"]
     assume(m.seq_len % (4 * c) == 0)
@@ -201,22 +202,30 @@ def test_zero3_exception_is_real():
 
 def test_mfu_bound_needs_attention_not_to_dominate():
     """The restriction of the MFU property is needed: at s = 2^20 >> 4h, PaLM's full-s^2 attention FLOPs exceed what
-    FlashAttention computes (the causal half) by more than the kernels' inefficiency on V100, and MFU > 1."""
+    FlashAttention computes (the causal half) by more than the kernels' inefficiency, and MFU > 1, on an H100 whose
+    attention runs at FlashAttention-3's 75% of peak (Shah et al. 2024: "up to 740 TFLOPs/s (75% utilization)")."""
+    import dataclasses
+
     s = 2**20
     m = ModelFile(name="long", layers=32, hidden=1024, ffn_hidden=2048, heads=32, kv_heads=1, vocab=32000,
                   seq_len=s, gated_mlp=False).to_spec()
     layout = dict(tp=1, cp=1, pp=1, dp=1, micro_batch=1, vpp=1, sp=False, recompute=0, zero=0)
-    out = step_columns(m, planner.load_hardware("v100-sxm"), Job(gpus=1, seq_len=s, global_batch=8), cols_of(layout))
+    fa3 = dataclasses.replace(planner.load_hardware("h100-sxm"), attention_efficiency=0.75)
+    out = step_columns(m, fa3, Job(gpus=1, seq_len=s, global_batch=8), cols_of(layout))
     assert float(out["mfu"][0]) > 1
 
 
 @PROPS
 @given(data=st.data(), m=models(), hw=st.sampled_from(HARDWARE))
 def test_activations_never_increase_with_stronger_recompute(data, m, hw):
+    """none >= selective >= full. With unfused attention (V100) full recompute of only some layers of a chunk can
+    keep more than selective: the other layers keep their s x s scores, which selective drops everywhere."""
     layout, batch = data.draw(layouts(m), label="layout")
     job = job_for(m, layout, batch)
     acts = [memory_parts(m, hw, job, {**layout, "recompute": rc})["activations"] for rc in (0, 1, 2)]
-    assert acts[0] >= acts[1] * (1 - REL) and acts[1] >= acts[2] * (1 - REL), (layout, acts)
+    assert acts[0] >= acts[1] * (1 - REL), (layout, acts)
+    if hw.fused_attention or layout["rc_layers"] == 0:
+        assert acts[1] >= acts[2] * (1 - REL), (layout, acts)
     assert acts[2] > 0
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.shared_runs import convert_run, is_shared_format
-from planner.specs.strategy import Runtime
+from planner.specs.strategy import DEFAULT_FLASH_GENERATION
 from planner.validate import BUNDLED_RUNS, load_runs_file, measured_step_time_s, predict, summarize
 
 SHARED = Path(__file__).parent / "data" / "shared_published_runs.yaml"
@@ -63,7 +63,7 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
                 assert getattr(run.layout, knob) == getattr(ref.layout, knob), (run.id, knob)
         for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce"):
             assert getattr(run.runtime, flag) == getattr(ref.runtime, flag), (run.id, flag)
-        gen = Runtime().flash_attention_gen                             # absent: the default generation
+        gen = DEFAULT_FLASH_GENERATION                                  # absent: the default generation
         assert (run.runtime.flash_attention_gen or gen) == (ref.runtime.flash_attention_gen or gen), run.id
         for knob in ("pp", "vpp", "zero_stage"):                   # where both pin it
             mine, theirs = getattr(run.layout, knob), getattr(ref.layout, knob)
@@ -100,6 +100,17 @@ def test_the_shared_file_meets_the_median_target(shared):
 def test_gpu_names_pick_the_profile(gpu, profile):
     converted, why = convert_run(_run(gpu=gpu, num_gpus=128, pp=16, tp=8))
     assert why is None and converted["hardware"] == profile
+
+
+@pytest.mark.parametrize("gpu, flash", [("V100 (DGX-2)", False), ("A100 80GB", True)])
+def test_flash_attention_from_2023_only_where_the_gpu_runs_it(gpu, flash):
+    """FlashAttention 1 and 2 and Transformer Engine's fused attention do not run on V100 (its profile's
+    gpu.fused_attention): a 2024 V100 run gets unfused attention, and is predicted rather than rejected."""
+    converted, why = convert_run(_run(gpu=gpu, group="Megatron-Core 2024", num_gpus=128, pp=16, tp=8))
+    assert why is None and converted["runtime"]["flash_attention"] is flash
+    from planner.validate import ValidationRun
+
+    assert predict(ValidationRun.model_validate(converted)).error is None
 
 
 @pytest.mark.parametrize("fields, reason", [

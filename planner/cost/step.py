@@ -24,7 +24,7 @@ from planner.cost.pipeline import (block_recompute_share, chunk_layers, layers_p
                                    stage_layers)
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import KNOB_COLUMNS, Job, Precision, Runtime
+from planner.specs.strategy import DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime
 
 TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
@@ -54,8 +54,9 @@ def _exposed(comm_s, window_s, slowdown):
 
 def attention_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
     """(forward, backward) time of one layer's attention core per micro-batch on one rank (with CP, its 1/cp)."""
+    rt = rt.for_hardware(hw)                            # FlashAttention unless the hardware has no fused kernels
     s, b, t, cp = job.seq_len, c["micro_batch"], c["tp"], np.asarray(c.get("cp", 1))
-    gen = rt.flash_attention_gen
+    gen = rt.flash_attention_gen or DEFAULT_FLASH_GENERATION     # None only with unfused attention (unused)
     return (compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp, flash_gen=gen),
             compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp, flash_gen=gen))
 
@@ -67,6 +68,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
 
     Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
     attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
+    rt = rt.for_hardware(hw)
     s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], c["recompute"]
     cp = np.asarray(c.get("cp", 1))
     s_rank = s / cp
@@ -147,7 +149,7 @@ def recompute_fraction(m: ModelSpec, c: dict):
 def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
                    runtime: Runtime = Runtime()):
     """Memory parts (bytes) of the most loaded stage and its index, for layouts given as columns (KNOBS)."""
-    c = knob_columns(cols)
+    c, runtime = knob_columns(cols), runtime.for_hardware(hw)
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
@@ -158,7 +160,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
                  runtime: Runtime = Runtime()) -> dict:
     """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
     throughput. Validity is not checked here (see planner.constraints)."""
-    c = knob_columns(cols)
+    c, runtime = knob_columns(cols), runtime.for_hardware(hw)
     t, cp, p, d, b, v, rc, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
     e = precision.activation_bytes
     num_mb = num_microbatches(job, b, d)

@@ -22,14 +22,24 @@ GIB = 2**30
 # --- file schema (edge: human units) -------------------------------------------------------------------------------
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict types, as in the model file schema (specs/model.py): `gpus_per_node: true`, `tdp_w: "700"` or
+    `gpus_per_node: 8.0` is an error naming the field, never 1, 700.0 or 8. (An integer is a valid float.)"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class _Peaks(_Strict):
-    bf16: float = Field(gt=1, lt=1e5, description="dense BF16 tensor TFLOP/s")
+    bf16: float | None = Field(default=None, gt=1, lt=1e5, description="dense BF16 tensor TFLOP/s; absent where the "
+                                                                       "GPU has no BF16 (V100)")
     fp16: float | None = Field(default=None, gt=1, lt=1e5)
     fp8: float | None = Field(default=None, gt=1, lt=1e5)
     tf32: float | None = Field(default=None, gt=1, lt=1e5)
+
+    @model_validator(mode="after")
+    def _sixteen_bit(self) -> "_Peaks":
+        if self.bf16 is None and self.fp16 is None:
+            raise ValueError("gpu.peak_tflops_dense needs bf16 (dense BF16 TFLOP/s), or fp16 where the GPU has no BF16")
+        return self
 
 
 class _Gpu(_Strict):
@@ -37,6 +47,7 @@ class _Gpu(_Strict):
     hbm_capacity_gib: float = Field(gt=1, lt=4096)
     hbm_bandwidth_tb_per_s: float = Field(gt=0.05, lt=100)
     tdp_w: float = Field(gt=10, lt=10_000)
+    fused_attention: bool = True     # FlashAttention-class kernels run here (false: V100, sm70)
 
 
 class _Link(_Strict):
@@ -98,7 +109,7 @@ class HardwareSpec:
 
     name: str
     description: str
-    peak_flops: float                       # dense bf16 FLOP/s per GPU
+    peak_flops: float                       # dense 16-bit FLOP/s per GPU: bf16, or fp16 where there is no bf16
     hbm_bytes: float
     hbm_bw_bytes_per_s: float
     tdp_w: float
@@ -123,6 +134,9 @@ class HardwareSpec:
     price_usd_per_gpu_hour: float | None
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
     gpus_per_host: int = 0                  # GPUs allocated together (0: a whole node); GB200 NVL72: a 4-GPU tray
+    fused_attention: bool = True            # FlashAttention / fused attention kernels run here (Runtime.for_hardware)
+    mixed_precision: str = "bf16"           # 16-bit format of mixed precision: "fp16" (with loss scaling) on a GPU
+                                            # without bf16, i.e. a profile with no bf16 peak (V100)
 
     @property
     def alloc_gpus(self) -> int:
@@ -142,7 +156,7 @@ class HardwareSpec:
         return cls(
             name=f.name,
             description=f.description,
-            peak_flops=f.gpu.peak_tflops_dense.bf16 * 1e12,
+            peak_flops=(f.gpu.peak_tflops_dense.bf16 or f.gpu.peak_tflops_dense.fp16) * 1e12,
             hbm_bytes=f.gpu.hbm_capacity_gib * GIB,
             hbm_bw_bytes_per_s=f.gpu.hbm_bandwidth_tb_per_s * 1e12,
             tdp_w=f.gpu.tdp_w,
@@ -167,6 +181,8 @@ class HardwareSpec:
             framework_overhead_bytes=f.memory.framework_overhead_gib * GIB,
             price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
             peak_flops_by_dtype=peaks,
+            fused_attention=f.gpu.fused_attention,
+            mixed_precision="bf16" if f.gpu.peak_tflops_dense.bf16 is not None else "fp16",
         )
 
 

@@ -10,7 +10,8 @@ terms: context parallelism (cp) was added that way, and expert parallelism will 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+
 import numpy as np
 
 from planner.checks import checked_int, is_int
@@ -25,6 +26,7 @@ PARALLEL_DIMS = ("tp", "cp", "pp", "dp")
 RECOMPUTE = ("none", "selective", "full", "op")
 SEARCHED_RECOMPUTE = ("none", "selective", "full")
 FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
+DEFAULT_FLASH_GENERATION = 2                 # when FlashAttention runs and no generation is given
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
@@ -109,12 +111,14 @@ class Runtime:
     """Implementation features of the training stack: they change cost, not the layout.
 
     Defaults describe a current Megatron-Core/TransformerEngine stack. Older stacks (Megatron-LM 2021-22: no
-    FlashAttention) are expressed by switching these off, never by a per-run correction.
+    FlashAttention) are expressed by switching these off, never by a per-run correction. The attention kernels
+    default to what the hardware runs (`for_hardware`): fused where the profile has them, unfused on V100.
     """
 
-    flash_attention: bool = True        # attention scores never materialised (Dao et al. 2022)
-    flash_attention_gen: int = 2        # 2: FlashAttention-2-class kernels (mid-2023 on: FA2, cuDNN/TE fused
-                                        # attention); 1: FlashAttention-1 or its Triton port (2022-23)
+    flash_attention: bool | None = None  # attention scores never materialised (Dao et al. 2022); None: follow the
+                                         # hardware (HardwareSpec.fused_attention)
+    flash_attention_gen: int | None = None  # 2 (None: the default): FlashAttention-2-class kernels (mid-2023 on: FA2,
+                                            # cuDNN/TE fused attention); 1: FlashAttention-1 or its Triton port
     tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
     tp_bwd_overlap: bool = True         # backward TP collectives overlap the weight-gradient (and, with SP, the
                                         # data-gradient) GEMMs: Megatron's async TP all-reduce (since late 2021)
@@ -131,9 +135,28 @@ class Runtime:
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
 
     def __post_init__(self):
-        gen = self.flash_attention_gen
-        if not is_int(gen) or gen not in FLASH_GENERATIONS:
+        gen, fa = self.flash_attention_gen, self.flash_attention
+        if gen is not None and (not is_int(gen) or gen not in FLASH_GENERATIONS):
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
+        if fa is not None and not isinstance(fa, (bool, np.bool_)):
+            raise PlannerError("flash_attention", f"got {fa!r}, expected True, False or None (follow the hardware)")
+
+    def for_hardware(self, hw) -> "Runtime":
+        """This runtime on `hw` (a HardwareSpec): FlashAttention where the user left it open follows the hardware's
+        fused-attention kernels; asking for them on hardware without any (V100: FlashAttention 1 and 2 and
+        Transformer Engine's fused attention need sm75/sm80 or newer) is an error naming the field and the profile."""
+        fa, gen = self.flash_attention, self.flash_attention_gen
+        if not hw.fused_attention and (fa or gen is not None):
+            field = "flash_attention" if fa else "flash_attention_gen"
+            raise PlannerError(field, f"{hw.name} has no fused attention kernels (its profile: gpu.fused_attention "
+                                      "false; FlashAttention 1 and 2 and Transformer Engine's fused attention do not "
+                                      "run on it); leave FlashAttention unset (the default follows the hardware) "
+                                      "or turn it off")
+        fa = hw.fused_attention if fa is None else bool(fa)
+        gen = DEFAULT_FLASH_GENERATION if gen is None and fa else gen     # None without fused kernels (checked)
+        if fa is self.flash_attention and gen == self.flash_attention_gen:
+            return self
+        return replace(self, flash_attention=fa, flash_attention_gen=gen)
 
 
 @dataclass(frozen=True)

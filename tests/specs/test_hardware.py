@@ -104,6 +104,11 @@ def test_edited_hardware_yaml_is_re_read(tmp_path):
     ("hbm_capacity_gib: 79.65", "hbm_capacity_gib: 85899345920", "hbm_capacity_gib"),           # 80 GiB in bytes
     ("bf16: 989.4", "bf16: 9.894e14", "bf16"),                                                   # FLOP/s not TFLOP/s
     ("gpus_per_node: 8\n", "gpus_per_node: 8\n  gpus_per_host: 3\n", "gpus_per_host"),       # host must divide node
+    # strict types, like model files: no bool -> int, str -> number or float -> int coercion
+    ("gpus_per_node: 8\n", "gpus_per_node: true\n", "node.gpus_per_node"),                     # was 1 GPU per node
+    ("gpus_per_node: 8\n", "gpus_per_node: 8.0\n", "node.gpus_per_node"),
+    ("tdp_w: 700", "tdp_w: '700'", "gpu.tdp_w"),
+    ("gemm_fraction_of_peak: 0.57", "gemm_fraction_of_peak: '0.57'", "efficiency.gemm_fraction_of_peak"),
 ])
 def test_bad_user_yaml_raises_naming_the_field(tmp_path, old, new, field):
     text = h100_text()

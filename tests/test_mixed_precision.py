@@ -1,0 +1,82 @@
+"""Mixed precision follows the GPU: V100 has no BF16 (its datasheet lists FP16 tensor performance only; hardware.md
+§1 "125 (FP16 only)"), so its profile has no bf16 peak and its exports train in FP16 with dynamic loss scaling:
+Megatron-LM `--fp16` (arguments.py: `--loss-scale` None is dynamic scaling; fp32 main gradients only for bf16
+unless `--accumulate-allreduce-grads-in-fp32`), DeepSpeed `"fp16": {"enabled": true, "loss_scale": 0}` (0 is
+dynamic). torchtitan's `training.mixed_precision_param` is bfloat16 or float32 only, so it refuses V100."""
+
+import json
+
+import pytest
+from cli_contract import assert_mentions, bad, run, write
+
+import planner
+from planner.errors import PlannerError
+from planner.export import best_supported, export
+from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
+
+V100 = ["--model", "8b", "--gpus", "16", "--hardware", "v100-sxm"]
+H100 = ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm"]
+
+
+def _out(capsys, *argv) -> str:
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    return out
+
+
+def test_v100_profile_states_it_has_no_bf16():
+    hw = load_hardware("v100-sxm")
+    assert hw.mixed_precision == "fp16" and hw.peak_flops == 125e12       # the FP16 tensor-core peak
+    assert dict(hw.peak_flops_by_dtype) == {"fp16": 125e12}                 # no bf16 figure at all
+    assert {h.name for h in list_hardware() if h.mixed_precision != "bf16"} == {"v100-sxm"}
+
+
+def test_a_profile_needs_a_16_bit_peak(capsys, tmp_path):
+    text = (hardware_dir() / "v100-sxm.yaml").read_text()
+    path = write(tmp_path / "v.yaml", text.replace("    fp16: 125\n", "    fp8: 125\n"))
+    assert_mentions(bad(capsys, "--model", "8b", "--gpus", "8", "--hardware", path),
+                    "hardware file v.yaml: gpu.peak_tflops_dense", "bf16", "fp16")
+
+
+def test_megatron_export_is_fp16_on_v100_cli(capsys):
+    text = _out(capsys, *V100, "--export", "megatron")
+    assert "--fp16" in text and "--accumulate-allreduce-grads-in-fp32" in text and "--bf16" not in text
+    assert "dynamic loss scaling" in text
+    h100 = _out(capsys, *H100, "--export", "megatron")
+    assert "--bf16" in h100 and "--fp16" not in h100
+
+
+def test_deepspeed_export_is_fp16_with_dynamic_loss_scaling_on_v100_cli(capsys):
+    code, out, err = run(capsys, *V100, "--export", "deepspeed")
+    assert code == 0, err
+    cfg = json.loads(out)
+    assert cfg["fp16"] == {"enabled": True, "loss_scale": 0} and "bf16" not in cfg
+    assert "dynamic loss scaling" in err
+    h100 = json.loads(_out(capsys, *H100, "--export", "deepspeed"))
+    assert h100["bf16"] == {"enabled": True} and "fp16" not in h100
+
+
+def test_torchtitan_refuses_v100_cli(capsys):
+    assert_mentions(bad(capsys, *V100, "--export", "torchtitan"), "error: --export:", "torchtitan", "v100-sxm",
+                    "bf16", "megatron or deepspeed")
+    assert "[parallelism]" in _out(capsys, *H100, "--export", "torchtitan")
+
+
+def test_exports_follow_the_hardware_api():
+    result = planner.run_search("8b", 16, hardware="v100-sxm", find_min_gpus=False)
+    text, _ = best_supported("megatron", result)
+    assert "--fp16" in text and "--bf16" not in text
+    text, notes = best_supported("deepspeed", result)
+    assert json.loads(text)["fp16"]["loss_scale"] == 0 and any("fp16" in n for n in notes)
+    with pytest.raises(PlannerError, match="torchtitan cannot train on v100-sxm"):
+        best_supported("torchtitan", result)
+    row, m, job = result.table.iloc[0], result.model, result.job
+    assert "--fp16" in export("megatron", row, m, job, dtype="fp16")[0]
+    assert "--bf16" in export("megatron", row, m, job)[0]                           # the default: bf16
+    with pytest.raises(PlannerError, match="dtype: got 'fp32'"):
+        export("megatron", row, m, job, dtype="fp32")
+
+
+def test_mfu_legend_names_the_peak_it_divides_by(capsys):
+    assert "dense fp16 peak" in _out(capsys, *V100, "--top", "1")
+    assert "dense bf16 peak" in _out(capsys, *H100, "--top", "1")
