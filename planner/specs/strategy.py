@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from planner.checks import checked_int, is_int
+from planner.checks import checked_int, is_int, is_real
 from planner.errors import PlannerError
 
 # Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count. CP sits next to TP
@@ -27,6 +27,7 @@ RECOMPUTE = ("none", "selective", "full", "op")
 SEARCHED_RECOMPUTE = ("none", "selective", "full")
 FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
 DEFAULT_FLASH_GENERATION = 2                 # when FlashAttention runs and no generation is given
+ZERO3_GATHER_UNITS = ("layer", "matrix")     # ZeRO-3 gathers per layer (FSDP blocks) or per weight (DeepSpeed)
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
@@ -105,6 +106,12 @@ class Precision:
     optimizer_bytes: int = 12
     activation_bytes: int = 2
 
+    def __post_init__(self):
+        for f in fields(self):            # bytes per element: positive (optimizer state may be 0: plain SGD)
+            value, least = getattr(self, f.name), 0 if f.name == "optimizer_bytes" else 1
+            if not is_real(value) or not least <= value <= 16:
+                raise PlannerError(f.name, f"got {value!r}, expected bytes per element from {least} to 16")
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -140,6 +147,15 @@ class Runtime:
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
         if fa is not None and not isinstance(fa, (bool, np.bool_)):
             raise PlannerError("flash_attention", f"got {fa!r}, expected True, False or None (follow the hardware)")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, (bool, np.bool_)):
+                raise PlannerError(f.name, f"got {value!r}, expected True or False")
+        if not is_real(self.dp_bucket_bytes) or not self.dp_bucket_bytes > 0:
+            raise PlannerError("dp_bucket_bytes", f"got {self.dp_bucket_bytes!r}, expected a positive size in bytes")
+        if self.zero3_gather_unit not in ZERO3_GATHER_UNITS:
+            raise PlannerError("zero3_gather_unit", f"got {self.zero3_gather_unit!r}, expected one of "
+                                                    f"{', '.join(ZERO3_GATHER_UNITS)}")
 
     def for_hardware(self, hw) -> "Runtime":
         """This runtime on `hw` (a HardwareSpec): FlashAttention where the user left it open follows the hardware's

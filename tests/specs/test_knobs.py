@@ -54,3 +54,29 @@ def test_a_runs_file_with_a_bad_knob_names_the_run_and_the_knob(tmp_path):
         load_runs(path)
     assert str(err.value) == ("runs file runs.yaml: runs.0.layout: zero_stage: got 5, expected a ZeRO stage 0, 1, 2 or 3 "
                               f"(run {run['id']})")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(zero3_gather_unit="foo"), "zero3_gather_unit"), (dict(dp_bucket_bytes=0), "dp_bucket_bytes"),
+    (dict(tp_comm_overlap="yes"), "tp_comm_overlap"), (dict(overlap_grad_reduce=1), "overlap_grad_reduce"),
+    (dict(flash_attention="no"), "flash_attention"),
+])
+def test_runtime_is_validated_once(kwargs, field):
+    """A typo or a truthy string must not silently switch a feature (flash_attention="no" used to mean on; a
+    zero bucket size gave infinite DP time to every layout but ZeRO-3's)."""
+    from planner.specs.strategy import Runtime
+    with pytest.raises(PlannerError) as info:
+        Runtime(**kwargs)
+    assert info.value.field == field
+    assert Runtime(zero3_gather_unit="matrix", dp_bucket_bytes=25e6, overlap_grad_reduce=np.bool_(False))
+
+
+@pytest.mark.parametrize("kwargs, field", [(dict(grad_bytes=-4), "grad_bytes"), (dict(param_bytes=0), "param_bytes"),
+                                           (dict(optimizer_bytes="12"), "optimizer_bytes"),
+                                           (dict(activation_bytes=True), "activation_bytes")])
+def test_precision_is_validated_once(kwargs, field):
+    from planner.specs.strategy import Precision
+    with pytest.raises(PlannerError) as info:
+        Precision(**kwargs)
+    assert info.value.field == field
+    assert Precision(grad_bytes=2, optimizer_bytes=0).grad_bytes == 2
