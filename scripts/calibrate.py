@@ -36,6 +36,12 @@ GRIDS = {
 }
 
 
+# A move must lower the objective by 0.01 point of mean |error|: with 8-9 fit runs, smaller gains are ties between
+# equally good fits (the H100 valley: GEMM 0.56 / NVLink overlap 0.1 / 12.5 us and 0.55 / 0 / 15 us differ by
+# 0.006 point), and accepting them would let the fit wander with the starting values.
+MIN_GAIN = 1e-4
+
+
 def errors(runs, overrides: dict, layers=()) -> dict[str, float]:
     out = {}
     for r in runs:
@@ -95,7 +101,7 @@ def main(argv=None) -> int:
         for a, b in pairs:
             trial = {**current, first: float(a), **({second: float(b)} if second else {})}
             score = objective(errors(fit, trial, layers), groups)
-            if score < best - 1e-6:
+            if score < best - MIN_GAIN:
                 best, current, improved = score, trial, True
         print(f"  {first}, {second} -> {current[first]:.4g}, {current.get(second)} (fit mean |err| {best:.2%})",
               flush=True)
@@ -103,7 +109,7 @@ def main(argv=None) -> int:
             for value in GRIDS[p]:
                 trial = {**current, p: float(value)}
                 score = objective(errors(fit, trial, layers), groups)
-                if score < best - 1e-6:
+                if score < best - MIN_GAIN:
                     best, current, improved = score, trial, True
             print(f"  {p} -> {current[p]:.4g} (fit mean |err| {best:.2%})", flush=True)
         if not improved:
@@ -117,7 +123,7 @@ def main(argv=None) -> int:
     for combo in itertools.product(*(neighbours[p] for p in params)):
         trial = dict(zip(params, map(float, combo)))
         score = objective(errors(fit, trial, layers), groups)
-        if score < best - 1e-6:
+        if score < best - MIN_GAIN:
             best, current = score, trial
     print(f"  joint polish -> fit mean |err| {best:.2%}", flush=True)
     print("fitted:", {k: (v * 1e6 if k == "kernel_overhead_s" else v) for k, v in current.items()},

@@ -82,15 +82,24 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, ring=False):
     collective runs its phases one after the other: the values mixed by node_phase_share. A ring exchange (CP) that
     leaves the node moves each step over NVLink and NICs at once and waits for the NIC (ring_exchange_time_s): a
     rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node)."""
-    if np.all(np.asarray(span[1]) <= 1) or hw.overlap_slowdown_intra == hw.overlap_slowdown_inter:
-        return np.where(np.asarray(span[1]) > 1, hw.overlap_slowdown_inter, hw.overlap_slowdown_intra)
+    nodes = np.asarray(span[1])
+    if np.all(nodes <= 1):
+        return np.full(nodes.shape, hw.overlap_slowdown_intra)
+    w_node, w_net = _bandwidths(hw)
+    net = network_overlap_slowdown(hw)
     if ring:
-        _, nodes = span
-        w_node, w_net = _bandwidths(hw)
-        crossing = np.maximum(hw.overlap_slowdown_inter, hw.overlap_slowdown_intra * w_net / w_node)
-        return np.where(np.asarray(nodes) > 1, crossing, hw.overlap_slowdown_intra)
+        crossing = np.maximum(net, hw.overlap_slowdown_intra * w_net / w_node)
+        return np.where(nodes > 1, crossing, hw.overlap_slowdown_intra)
     share = node_phase_share(span, hw, nbytes, count)
-    return share * hw.overlap_slowdown_intra + (1 - share) * hw.overlap_slowdown_inter
+    return np.where(nodes > 1, share * hw.overlap_slowdown_intra + (1 - share) * net, hw.overlap_slowdown_intra)
+
+
+def network_overlap_slowdown(hw: HardwareSpec):
+    """Slowdown while a GPU's bytes cross the network: the profile's network value, but at least the NVLink value
+    scaled by the bandwidth ratio: the GPU copies and reduces the same bytes either way (SMs and HBM busy in
+    proportion), only W_net/W_node as fast, so a network phase cannot disturb compute less per byte than NVLink."""
+    w_node, w_net = _bandwidths(hw)
+    return max(hw.overlap_slowdown_inter, hw.overlap_slowdown_intra * w_net / w_node)
 
 
 def _bandwidths(hw: HardwareSpec):

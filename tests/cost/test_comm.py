@@ -173,11 +173,32 @@ def test_context_parallel_ring_scaling_never_exceeds_one(hardware):
 
 
 def test_overlap_slowdown_by_hand():
-    """H100 profile: NVLink 0.2, network 0. Inside a node: 0.2. A hierarchical all-gather over 8 nodes: 0.2 times
-    its NVLink share. A CP ring over 2 nodes: its NVLink hops are busy W_net/W_node of each step: 0.2 x that."""
+    """H100 profile: NVLink 0.1, network 0. Inside a node: 0.1. Bytes crossing the network pass through the GPU too,
+    W_net/W_node as fast: at least 0.1 x W_net/W_node (the profile's 0 would make a network phase free, and a node
+    with less NVLink faster). A hierarchical all-gather over 8 nodes mixes the two by its NVLink share; a CP ring
+    over 2 nodes waits for its NIC hop, so its NVLink hops are busy W_net/W_node of each step: the same value."""
     from planner.cost.comm import node_phase_share, overlap_slowdown
     u = HW.overlap_slowdown_intra
-    assert (u, HW.overlap_slowdown_inter) == (0.2, 0.0)
+    assert (u, HW.overlap_slowdown_inter) == (0.1, 0.0)
+    net = u * W_NET / W_NODE
+    assert net == pytest.approx(0.1 * 47 / 369, rel=1e-12)                 # 0.0127: 47 of 369 GB/s
     assert overlap_slowdown((8, 1), HW) == u and overlap_slowdown((8, 1), HW, ring=True) == u
-    assert overlap_slowdown((8, 8), HW) == pytest.approx(u * node_phase_share((8, 8), HW))
-    assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(u * W_NET / W_NODE)
+    share = node_phase_share((8, 8), HW)
+    assert 0 < share < 1 and overlap_slowdown((8, 8), HW) == pytest.approx(u * share + net * (1 - share))
+    assert overlap_slowdown((1, 8), HW) == pytest.approx(net)             # one GPU per node: all network
+    assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(net)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_less_nvlink_is_never_faster(zero):
+    """The same job on nodes of one GPU (every byte on the network) cannot beat nodes of eight: the network phase
+    of an overlapped collective slows compute at least as much per second as NVLink's, scaled by bandwidth (a
+    reviewer found 1 GPU per node 1.2% faster when network overlap was free)."""
+    import dataclasses
+
+    from planner.evaluate import evaluate
+    single = dataclasses.replace(HW, gpus_per_node=1)
+    pins = dict(tp=1, pp=1, dp=16, micro_batch=1, recompute="none", zero_stage=zero)
+    eight = evaluate("8b", 16, hardware=HW, **pins).row["step_time_s"]
+    one = evaluate("8b", 16, hardware=single, **pins).row["step_time_s"]
+    assert one >= eight

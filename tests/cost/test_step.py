@@ -190,9 +190,16 @@ def test_interleaved_dp_overlap_window_by_formula():
     buckets = math.ceil(params * 4 / 160e6)
     rs = comm.reduce_scatter_time_s(params * 4, d, t, hw, count=buckets)
     ag = comm.all_gather_time_s(params * 2, d, t, hw, count=buckets)
+    # DP ranks are 8 apart: one per node, all on the network, where the overlapped share that still slows compute
+    # is NVLink's 0.1 scaled by the bandwidth ratio, 47 / 369 GB/s
+    u = 0.1 * (400 / 8 * 0.94) / (450 * 0.82)
+
+    def exposed(comm_s, window_s):
+        return comm_s - min(comm_s, window_s) * (1 - u)
+
     for v, got in zip(vs, out["dp_comm_s"]):
         passes, edge = ((v - 1) * p / v, v) if v > 1 else (1.0, buckets)
-        expected = max(rs - min(rs, passes * stage_bwd), rs / edge) + max(ag - min(ag, passes * stage_fwd), ag / edge)
+        expected = max(exposed(rs, passes * stage_bwd), rs / edge) + max(exposed(ag, passes * stage_fwd), ag / edge)
         assert got == pytest.approx(float(expected), rel=1e-9), v
     # here the reduce-scatter outlasts the widest window, so the window formula itself decides the exposed time
     assert all(rs > (v - 1) * p / v * stage_bwd for v in vs[1:])

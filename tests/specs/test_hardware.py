@@ -108,7 +108,7 @@ def test_edited_hardware_yaml_is_re_read(tmp_path):
     ("gpus_per_node: 8\n", "gpus_per_node: true\n", "node.gpus_per_node"),                     # was 1 GPU per node
     ("gpus_per_node: 8\n", "gpus_per_node: 8.0\n", "node.gpus_per_node"),
     ("tdp_w: 700", "tdp_w: '700'", "gpu.tdp_w"),
-    ("gemm_fraction_of_peak: 0.57", "gemm_fraction_of_peak: '0.57'", "efficiency.gemm_fraction_of_peak"),
+    ("gemm_fraction_of_peak: 0.56", "gemm_fraction_of_peak: '0.56'", "efficiency.gemm_fraction_of_peak"),
 ])
 def test_bad_user_yaml_raises_naming_the_field(tmp_path, old, new, field):
     text = h100_text()
