@@ -138,6 +138,10 @@ def plan(
                     if global_batch_tokens else None)
     if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
         raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
+    if tp_comm_overlap and tp == 1:                          # flags a pinned layout would ignore
+        raise PlannerError("--tp-comm-overlap", "overlaps TP communication, and --tp 1 has none; drop one of them")
+    if cp_comm == "allgather" and cp == 1:
+        raise PlannerError("--cp-comm", "allgather is how CP exchanges K and V, and --cp 1 has no CP; drop one")
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap)
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)

@@ -133,6 +133,11 @@ CLI_CASES = [
      ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
     ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
      ["error: --gpus:", "'100000000'", "expected at most 16,777,216"]),
+    # a runtime flag that the pinned layout would ignore
+    ("tp-comm-overlap-with-tp-1", ["--model", "8b", "--gpus", "8", "--tp", "1", "--tp-comm-overlap"],
+     ["error: --tp-comm-overlap:", "--tp 1"]),
+    ("cp-allgather-with-cp-1", ["--model", "8b", "--gpus", "8", "--cp", "1", "--cp-comm", "allgather"],
+     ["error: --cp-comm:", "--cp 1"]),
 ]
 
 
