@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_paths, float_flag, hardware_list,
-                           int_flag, output_format, parse_count, reject_unused, runtime_flags,
-                           usage_error_line)
+from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_paths, float_flag, int_flag, output_format,
+                           parse_count, reject_unused, runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -121,6 +120,7 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
+    from planner.specs.hardware import parse_hardware_list
     from planner.specs.strategy import recompute_code, zero_code
 
     if recompute is not None:
@@ -153,7 +153,7 @@ def plan(
     if "," in hardware:
         from planner.sweep import compare_hardware
 
-        names = hardware_list(hardware)
+        names = parse_hardware_list(hardware)
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,

@@ -75,14 +75,13 @@ def budget_options(tokens, price, pue) -> dict:
     if tokens is None and (price is not None or pue is not None):
         flag = "--price-per-gpu-hour" if price is not None else "--pue"
         raise PlannerError(flag, "only applies to a token budget; give --tokens (e.g. --tokens 15T)")
+    from planner.sweep import check_budget
+
     price, pue = float_flag(price, "--price-per-gpu-hour"), float_flag(pue, "--pue")
-    pue = DEFAULT_PUE if pue is None else pue
-    if price is not None and not price > 0:
-        raise PlannerError("--price-per-gpu-hour", f"got {price}, expected a positive number of USD")
-    if not 1.0 <= pue <= 3.0:
-        raise PlannerError("--pue", f"got {pue}, expected a power usage effectiveness between 1.0 and 3.0")
-    return {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
-            "price_usd_per_gpu_hour": price, "pue": pue}
+    out = {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
+           "price_usd_per_gpu_hour": price, "pue": DEFAULT_PUE if pue is None else pue}
+    check_budget(**out)                              # its errors name the flags (API_FIELD_FLAGS)
+    return out
 
 
 def output_format(fmt: "Format", output) -> "Format":
@@ -118,18 +117,6 @@ def usage_error_line(exc) -> str:
             return f"{flag}: got {choice.group(1)!r}, expected one of {choice.group(2).replace(chr(39), '')}"
         return f"{flag}: {message}"
     return f"usage: {message} (see plan --help)"
-
-
-def hardware_list(text: str) -> list[str]:
-    """--hardware a,b: the profile names to compare, each once (an empty or repeated entry is a mistake)."""
-    names = [h.strip() for h in str(text).split(",")]
-    if "" in names:
-        raise PlannerError("--hardware", f"got {text!r}, expected profile names separated by commas, none empty")
-    seen = [n.lower() for n in names]
-    repeated = next((n for i, n in enumerate(names) if seen[i] in seen[:i]), None)
-    if repeated is not None:
-        raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
-    return names
 
 
 def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
@@ -168,7 +155,8 @@ def check_paths(output=None, plot=None) -> None:
 
 
 # Library fields the CLI sets from a flag: an error about one names the flag the user typed.
-API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen"}
+API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen",
+                   "tokens": "--tokens", "price_usd_per_gpu_hour": "--price-per-gpu-hour", "pue": "--pue"}
 
 
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool):

@@ -50,8 +50,23 @@ def parse_gpu_counts(text: str) -> list[int]:
     return counts
 
 
+def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> None:
+    """The token budget and what prices it: a positive token count (or None), a positive price (or None: the
+    profile's), a PUE from 1.0 to 3.0. One check for the command line (after it parses suffixes) and the library."""
+    from planner.checks import is_real
+
+    if tokens is not None and (not is_real(tokens) or not tokens > 0):
+        raise PlannerError("tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
+    price = price_usd_per_gpu_hour
+    if price is not None and (not is_real(price) or not price > 0):
+        raise PlannerError("price_usd_per_gpu_hour", f"got {price!r}, expected a positive number of USD")
+    if not is_real(pue) or not 1.0 <= pue <= 3.0:
+        raise PlannerError("pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")
+
+
 def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE):
     """Days, GPU-hours, cost and energy to train `tokens` at each row's throughput (in place; returns df)."""
+    check_budget(tokens, price_usd_per_gpu_hour, pue)
     price = hw.price_usd_per_gpu_hour if price_usd_per_gpu_hour is None else price_usd_per_gpu_hour
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
     hours = budget.gpu_hours(gpus, seconds)
@@ -117,6 +132,7 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
 
+    check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
     pins = pop_pins(search_kwargs)
     counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
     if not counts:
@@ -139,13 +155,13 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     """The same job on several hardware profiles (a list, or names separated by commas as on the command line):
     one row per profile with its best layout, best first. Layout knobs may be pinned as in `search`. A
     PlannerError when no profile has a valid layout."""
-    from planner.flags import hardware_list
-    from planner.specs.hardware import load_hardware
+    from planner.specs.hardware import load_hardware, parse_hardware_list
     from planner.specs.model import load_model
 
     if sort not in SORT_KEYS:
         raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
-    names = hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
+    check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
+    names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
     pins, m = pop_pins(search_kwargs), load_model(model)
     rows, errors, given = [], [], {}
     for name in names:

@@ -170,3 +170,18 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
         sweep("8b", "8,16", tp=3)                                # no count can take it: bad input
     df = sweep("8b", "8,12", tp=8)                               # one count can: the other row says why
     assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "--tp: tp(8) does not divide gpus(12)"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(tokens=-5), "tokens"), (dict(tokens="15T"), "tokens"), (dict(tokens=True), "tokens"),
+    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "price_usd_per_gpu_hour"), (dict(tokens=1e12, pue=0.5), "pue"),
+])
+def test_library_budget_is_checked_like_the_flags(kwargs, field):
+    """The library took a negative budget or a PUE below 1 and printed negative days or too little energy; the
+    check the flags use (sweep.check_budget) now runs first, naming the argument."""
+    for call in (lambda: sweep("8b", "8,16", **kwargs), lambda: compare_hardware("8b", 8, "h100-sxm,b200", **kwargs)):
+        with pytest.raises(PlannerError) as info:
+            call()
+        assert info.value.field == field
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--tokens", "15T", "--pue", "5"])
+    assert res.exit_code == 2 and "error: --pue: got 5.0" in res.output

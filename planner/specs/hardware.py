@@ -245,3 +245,15 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     names = ", ".join(sorted(p.stem for p in set(index.values())))
     raise PlannerError("--hardware", f"unknown hardware {text!r}{hint} (built-in: {names}; or a path to a YAML file)")
+
+
+def parse_hardware_list(text: str) -> list[str]:
+    """--hardware a,b: the profile names to compare, each once (an empty or repeated entry is a mistake)."""
+    names = [h.strip() for h in str(text).split(",")]
+    if "" in names:
+        raise PlannerError("--hardware", f"got {text!r}, expected profile names separated by commas, none empty")
+    seen = [n.lower() for n in names]
+    repeated = next((n for i, n in enumerate(names) if seen[i] in seen[:i]), None)
+    if repeated is not None:
+        raise PlannerError("--hardware", f"got {text!r}: {repeated!r} is listed twice; expected each profile once")
+    return names
