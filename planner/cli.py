@@ -120,7 +120,7 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
-    from planner.specs.hardware import parse_hardware_list
+    from planner.specs.hardware import load_hardware, parse_hardware_list
     from planner.specs.strategy import recompute_code, zero_code
 
     if recompute is not None:
@@ -136,13 +136,7 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
-        raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
-    if tp_comm_overlap and tp == 1:                          # flags a pinned layout would ignore
-        raise PlannerError("--tp-comm-overlap", "overlaps TP communication, and --tp 1 has none; drop one of them")
-    if cp_comm == "allgather" and cp == 1:
-        raise PlannerError("--cp-comm", "allgather is how CP exchanges K and V, and --cp 1 has no CP; drop one")
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel)
     common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
                   headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
@@ -154,6 +148,8 @@ def plan(
         from planner.sweep import compare_hardware
 
         names = parse_hardware_list(hardware)
+        for name in names:            # a runtime flag a profile cannot honour is the user's error, not a row's
+            runtime.for_hardware(load_hardware(name))
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,

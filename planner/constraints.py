@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
+from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import RECOMPUTE, Job
@@ -39,7 +40,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"TP does not tile the {gpn}-GPU nodes (a group would straddle two nodes)",
          one_node | np.where(t <= gpn, gpn % t == 0, t % gpn == 0)),
         (f"TP x CP does not tile the {gpn}-GPU nodes (a CP group would straddle two nodes)",
-         one_node | (t * cp > gpn) | (gpn % (t * cp) == 0)),
+         one_node | np.where(t * cp <= gpn, gpn % (t * cp) == 0, (t * cp) % gpn == 0)),
         (f"PP does not split the {m.layers} layers (L or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
         ("global batch not divisible by DP x micro-batch", batch_ok),
         # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal
@@ -87,3 +88,48 @@ def first_failure(rule_list, n: int):
     for i in range(len(rule_list) - 1, -1, -1):
         failed = np.where(np.broadcast_to(rule_list[i][1], (n,)), failed, i)
     return failed, failed == len(rule_list)
+
+
+# --- which rule to blame when nothing is valid ------------------------------------------------------------------
+
+def _rule_flags(reason: str) -> tuple:
+    return next((f for prefix, f in RULE_FLAGS if reason.startswith(prefix)), ())
+
+
+def ranked_rejections(result) -> list[str]:
+    """The validity rules that rejected candidates (not memory), most telling first: a rule about a flag the user
+    pinned (it is what they can change), then the most frequent."""
+    pinned = {"--" + k.replace("_", "-") for k, v in result.pins.__dict__.items() if v is not None}
+    reasons = {k: v for k, v in result.rejected.items() if k != FIT_REASON}
+    return sorted(reasons, key=lambda r: (not set(_rule_flags(r)) & pinned, -reasons[r]))
+
+
+def invalid_layout_error(result) -> PlannerError:
+    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them.
+
+    When flags were pinned, a rule about a pinned flag is named first (it is what the user can change)."""
+    pinned = {k: v for k, v in result.pins.__dict__.items() if v is not None}
+    reasons = result.rejected
+    n = result.job.gpus
+    ranked = ranked_rejections(result)
+    if not ranked:
+        return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
+    pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
+    reason = ranked[0]
+    flags_of = {r: _rule_flags(r) for r in ranked}
+    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)})" for r in ranked[:3])
+    named = [f for f in flags_of[reason] if f in pin_names]
+    flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
+    given = ", ".join(f"{p}={v}" for p, v in pinned.items())
+    where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
+    hint = ""
+    if reason.startswith("TP exceeds"):
+        hint = "; --allow-cross-node-tp lets TP span nodes"
+    elif reason.startswith("interleaving: VPP") and "pp" in pinned:
+        slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
+        hint = f"; with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}"
+    if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
+        hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
+                f"(e.g. {1 << (n.bit_length() - 1)})")
+    return PlannerError(flag, f"no valid layout of {where}: {detail}{hint}")
+

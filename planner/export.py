@@ -107,7 +107,7 @@ def _fp16(dtype: str) -> bool:
     return dtype == "fp16"
 
 
-def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> str:
+def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: Runtime = Runtime()) -> str:
     """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training]); bf16 only."""
     if _fp16(dtype):
         raise _no_torchtitan_fp16("this GPU")
@@ -125,7 +125,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> str:
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
              f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
-    if cp > 1:
+    if cp > 1 and runtime.cp_comm_overlap:    # priced as Megatron's ring; torchtitan all-gathers unless told
         notes.append("# torchtitan's CP rotates K/V with all-gather by default (context_parallel_rotate_method); "
                      "plan with --cp-comm allgather to price that instead of Megatron's overlapped ring")
     if reshard:
@@ -217,7 +217,7 @@ def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runti
     if framework == "megatron":
         return megatron_args(row, m, job, runtime, dtype), []
     if framework == "torchtitan":
-        return torchtitan_toml(row, m, job, dtype), []
+        return torchtitan_toml(row, m, job, dtype, runtime), []
     cfg, notes = deepspeed_config(row, m, job, dtype)
     return json.dumps(cfg, indent=2) + "\n", notes
 

@@ -80,7 +80,7 @@ def budget_options(tokens, price, pue) -> dict:
     price, pue = float_flag(price, "--price-per-gpu-hour"), float_flag(pue, "--pue")
     out = {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
            "price_usd_per_gpu_hour": price, "pue": DEFAULT_PUE if pue is None else pue}
-    check_budget(**out)                              # its errors name the flags (API_FIELD_FLAGS)
+    check_budget(**out)
     return out
 
 
@@ -121,7 +121,7 @@ def usage_error_line(exc) -> str:
 
 def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
     """A flag the chosen mode would ignore is an error, not a silent no-op."""
-    from planner.sweep import SORT_KEYS
+    from planner.sweep import check_sort
 
     if top is not None and (hardware or pinned or export is not None):
         mode = ("a hardware comparison shows one row per profile" if hardware else
@@ -131,8 +131,7 @@ def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, to
     if export is not None and given:
         raise PlannerError("--export", f"prints launch settings; it does not combine with {given[0]}")
 
-    if sort not in SORT_KEYS:
-        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
+    check_sort(sort)
     if sort != "throughput" and not hardware:
         raise PlannerError("--sort", "orders a hardware comparison; give several profiles (--hardware a,b)")
     if export is not None and (hardware or plot is not None or fmt is not Format.table):
@@ -155,13 +154,14 @@ def check_paths(output=None, plot=None) -> None:
 
 
 # Library fields the CLI sets from a flag: an error about one names the flag the user typed.
-API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen",
-                   "tokens": "--tokens", "price_usd_per_gpu_hour": "--price-per-gpu-hour", "pue": "--pue"}
+API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen"}
 
 
-def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool):
+def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
+                  tp=None, cp=None, pinned: bool = False, sequence_parallel=None):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
-    then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention."""
+    then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
+    feature the pinned layout cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
     from planner.specs.strategy import FLASH_GENERATIONS, Runtime
 
     if cp_comm not in ("ring", "allgather"):
@@ -169,7 +169,12 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
     gen = flash_gen.strip() if flash_gen is not None else None
     if gen is not None and gen not in [str(g) for g in FLASH_GENERATIONS]:
         raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
-    if gen is not None and flash_attention is False:
-        raise PlannerError("--flash-attention-gen", "needs FlashAttention; drop --no-flash-attention or this flag")
+    if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
+        raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
+    if tp_comm_overlap and tp == 1:
+        raise PlannerError("--tp-comm-overlap", "overlaps TP communication, and --tp 1 has none; drop one of them")
+    if cp_comm == "allgather" and (cp == 1 or (pinned and cp is None)):
+        raise PlannerError("--cp-comm", "allgather is how CP exchanges K and V, and the pinned layout has CP 1 "
+                                        "(--cp 1, or TP, PP and DP pinned without --cp); drop one")
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from planner.cost.step import TIME_PARTS
@@ -13,12 +14,14 @@ _COLORS = {"compute": "#4C72B0", "tp_comm": "#DD8452", "cp_comm": "#DA8BC3", "pp
            "bubble": "#8172B3", "optimizer": "#55A868"}
 
 
+_NO_MATPLOTLIB = 'needs matplotlib, the optional extra: pip install ".[plot]" (from the planner checkout)'
+
+
 def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise PlannerError("--plot", 'needs matplotlib, the optional extra: pip install ".[plot]" (from the planner '
-                                     'checkout)') from None
+        raise PlannerError("--plot", _NO_MATPLOTLIB) from None
     matplotlib.use("Agg")           # files only, no display
     import matplotlib.pyplot as plt
 
@@ -29,6 +32,8 @@ def check_plot_path(path) -> Path:
     """The --plot target, checked before any work: a .png or .svg name in a writable directory."""
     if Path(str(path)).suffix.lower() not in (".png", ".svg"):
         raise PlannerError("--plot", f"{path!r}: expected a file name ending in .png or .svg")
+    if importlib.util.find_spec("matplotlib") is None:        # found without importing it: the check stays fast
+        raise PlannerError("--plot", _NO_MATPLOTLIB)
     return check_writable(path, "--plot")
 
 

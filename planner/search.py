@@ -18,7 +18,6 @@ from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
 from planner.checks import checked_int, is_real
 from planner.errors import PlannerError
-from planner.explain import invalid_layout_error
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
 from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
@@ -375,5 +374,5 @@ def search(model="405b", gpus=512, **kwargs):
 def require_valid(result: SearchResult) -> SearchResult:
     """`result`, unless no candidate passed the validity rules (fitting or not): then the one-line error."""
     if len(result.table) == 0 and len(result.closest) == 0:
-        raise invalid_layout_error(result)
+        raise constraints.invalid_layout_error(result)
     return result

@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from planner.checks import checked_int
+from planner.checks import checked_int, is_int
+from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError
-from planner.explain import invalid_layout_error, ranked_rejections
 from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS
 
@@ -56,12 +56,12 @@ def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) ->
     from planner.checks import is_real
 
     if tokens is not None and (not is_real(tokens) or not tokens > 0):
-        raise PlannerError("tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
+        raise PlannerError("--tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
     price = price_usd_per_gpu_hour
     if price is not None and (not is_real(price) or not price > 0):
-        raise PlannerError("price_usd_per_gpu_hour", f"got {price!r}, expected a positive number of USD")
+        raise PlannerError("--price-per-gpu-hour", f"got {price!r}, expected a positive number of USD")
     if not is_real(pue) or not 1.0 <= pue <= 3.0:
-        raise PlannerError("pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")
+        raise PlannerError("--pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")
 
 
 def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE):
@@ -100,7 +100,7 @@ def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError
         return {"gpus": gpus, "status": "ok", "reason": None, **r.table.iloc[0].to_dict()}, None
     if len(r.closest):
         best = r.closest.iloc[0]
-        why = f"closest needs {best['memory_gib']:.1f} GiB of {r.capacity_bytes / 2**30:.1f}"
+        why = f"closest needs {best['memory_gib']:.1f} GiB of {r.capacity_bytes / 2**30:.1f} GiB"
         return {"gpus": gpus, "status": "nothing fits in memory", "reason": why, "fits": False,
                 "tokens_per_s": np.nan}, None
     ranked = ranked_rejections(r)
@@ -134,6 +134,8 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
 
     check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
     pins = pop_pins(search_kwargs)
+    if is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
+        gpus = [gpus]                                  # one count (checked below like any other)
     counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
     if not counts:
         raise PlannerError("--gpus", "got no GPU counts, expected at least one")
@@ -158,8 +160,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     from planner.specs.hardware import load_hardware, parse_hardware_list
     from planner.specs.model import load_model
 
-    if sort not in SORT_KEYS:
-        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")
+    check_sort(sort)
     check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
     names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
     pins, m = pop_pins(search_kwargs), load_model(model)
@@ -186,3 +187,9 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
 
 
 SORT_KEYS = {"throughput": ("tokens_per_s", False), "time": ("time_to_train_days", True), "cost": ("cost_usd", True)}
+
+
+def check_sort(sort: str) -> None:
+    """A comparison's order: throughput, time or cost."""
+    if sort not in SORT_KEYS:
+        raise PlannerError("--sort", f"got {sort!r}, expected one of {', '.join(SORT_KEYS)}")

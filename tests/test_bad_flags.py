@@ -138,6 +138,10 @@ CLI_CASES = [
      ["error: --tp-comm-overlap:", "--tp 1"]),
     ("cp-allgather-with-cp-1", ["--model", "8b", "--gpus", "8", "--cp", "1", "--cp-comm", "allgather"],
      ["error: --cp-comm:", "--cp 1"]),
+    ("cp-allgather-pinned-without-cp", ["--model", "70b", "--gpus", "64", "--tp", "8", "--pp", "1", "--dp", "8",
+                                        "--cp-comm", "allgather"], ["error: --cp-comm:", "CP 1"]),
+    ("flash-gen-without-flash", ["--model", "8b", "--gpus", "8", "--no-flash-attention", "--flash-attention-gen", "1"],
+     ["error: --flash-attention-gen:", "FlashAttention off"]),
 ]
 
 

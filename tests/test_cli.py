@@ -152,7 +152,7 @@ def test_flash_attention_generation_flag(capsys):
     from cli_contract import assert_mentions, bad
     assert_mentions(bad(capsys, *args, "--flash-attention-gen", "3"), "--flash-attention-gen", "1 or 2")
     assert_mentions(bad(capsys, *args, "--no-flash-attention", "--flash-attention-gen", "1"),
-                    "--flash-attention-gen", "needs FlashAttention")
+                    "--flash-attention-gen", "with FlashAttention off")
 
 
 def test_counts_of_one_are_singular(capsys):

@@ -8,17 +8,14 @@ import json
 
 import pytest
 from cli_contract import assert_mentions, bad, run, write
-from typer.testing import CliRunner
 
 import planner
-from planner.cli import app
 from planner.errors import PlannerError
 from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
 from planner.specs.strategy import Runtime
 from planner.validate import load_runs, predict_all
 
 V100 = ["--model", "8b", "--gpus", "16", "--hardware", "v100-sxm"]
-runner = CliRunner()
 
 
 def _json(capsys, *argv):
@@ -73,12 +70,9 @@ def test_v100_keeps_the_attention_scores_in_memory():
 def test_explicit_flash_attention_on_v100_is_an_error_cli(capsys, flag, field):
     line = bad(capsys, *V100, *flag)
     assert_mentions(line, f"error: {field}:", "v100-sxm", "no fused attention kernels")
-    # for a pinned layout too; in a comparison of several profiles the V100 row says why it has no layout
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,v100-sxm", "--format", "json",
-                              *flag])
-    rows = {r["hardware"]: r for r in json.loads(res.stdout)["rows"]}
-    assert res.exit_code == 0 and rows["h100-sxm"]["status"] == "ok"
-    assert "no fused attention kernels" in rows["v100-sxm"]["reason"]
+    # also when V100 is one of several profiles compared (the flag, not a row, is wrong), and for a pinned layout
+    assert_mentions(bad(capsys, "--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,v100-sxm", *flag),
+                    f"error: {field}:", "v100-sxm")
     assert_mentions(bad(capsys, *V100, "--tp", "4", "--pp", "1", "--dp", "4", *flag), field, "v100-sxm")
 
 

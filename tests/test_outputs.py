@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from cli_contract import assert_mentions, bad
+from cli_contract import assert_mentions, bad, run
 from typer.testing import CliRunner
 
 import planner
@@ -150,6 +150,10 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, caps
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert 'pip install ".[plot]"' in readme
     assert not (tmp_path / "a.png").exists()
+    # checked before the work: a sweep prints no table and writes no -o file first
+    code, out, err = run(capsys, "sweep", "--model", "8b", "--gpus", "8..16", "--plot", tmp_path / "s.png",
+                         "-o", tmp_path / "s.json")
+    assert code == 2 and out == "" and 'pip install ".[plot]"' in err and not (tmp_path / "s.json").exists()
 
 
 def test_notebook_helpers():

@@ -95,6 +95,9 @@ def test_tp_and_cp_groups_never_straddle_nodes():
     with pytest.raises(PlannerError, match="TP x CP does not tile"):
         evaluate("8b", 48, tp=2, cp=3, pp=1)              # CP ranks {0, 2, 4}, {6, 8, 10}: the second straddles
     evaluate("8b", 48, tp=2, cp=2, pp=1, dp=12, global_batch=48)     # 4-GPU blocks tile the node
+    with pytest.raises(PlannerError, match="TP x CP does not tile"):     # 12-GPU blocks: ranks 8-11 leave node 0
+        evaluate("8b", 96, seq_len=12288, global_batch=1536, tp=4, cp=3, pp=1, dp=8)
+    evaluate("8b", 64, tp=4, cp=4, pp=1, dp=4, global_batch=64)      # 16-GPU blocks: two whole nodes
     # Across nodes TP must take whole nodes: 16 = 2 nodes is priced, 12 = 1.5 nodes is not.
     assert evaluate("405b", 512, tp=16, pp=8, dp=4, allow_cross_node_tp=True).row["tp"] == 16
     with pytest.raises(PlannerError, match="TP does not tile"):

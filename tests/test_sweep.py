@@ -117,7 +117,7 @@ def test_rows_without_a_layout_say_why():
     assert [type(v) for v in df.tp] == [type(None), int]          # integers stay integers beside the empty row
     df = sweep("405b", "8,512")
     closest = run_search("405b", 8, find_min_gpus=False).closest.iloc[0]
-    assert df.reason[0].startswith(f"closest needs {closest.memory_gib:.1f} GiB of 74.1") and df.reason.isna()[1]
+    assert df.reason[0].startswith(f"closest needs {closest.memory_gib:.1f} GiB of 74.1 GiB") and df.reason.isna()[1]
     df = compare_hardware("8b", 16, "h100-sxm,gb200", tp=16)     # TP 16 fits the NVL72 domain, not an 8-GPU node
     rows = df.set_index("hardware")
     assert rows.loc["gb200"].status == "ok"
@@ -173,12 +173,13 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(tokens=-5), "tokens"), (dict(tokens="15T"), "tokens"), (dict(tokens=True), "tokens"),
-    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "price_usd_per_gpu_hour"), (dict(tokens=1e12, pue=0.5), "pue"),
+    (dict(tokens=-5), "--tokens"), (dict(tokens="15T"), "--tokens"), (dict(tokens=True), "--tokens"),
+    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "--price-per-gpu-hour"), (dict(tokens=1e12, pue=0.5), "--pue"),
 ])
 def test_library_budget_is_checked_like_the_flags(kwargs, field):
     """The library took a negative budget or a PUE below 1 and printed negative days or too little energy; the
-    check the flags use (sweep.check_budget) now runs first, naming the argument."""
+    check the flags use (sweep.check_budget) now runs first, naming it as the library names its other numbers
+    (by the flag: --gpus, --sort)."""
     for call in (lambda: sweep("8b", "8,16", **kwargs), lambda: compare_hardware("8b", 8, "h100-sxm,b200", **kwargs)):
         with pytest.raises(PlannerError) as info:
             call()

@@ -25,9 +25,19 @@ def mlp_params(m: ModelSpec) -> int:
     return weights + (m.ffn_hidden + m.hidden if m.bias else 0)
 
 
+def one_norm_params(m: ModelSpec) -> int:
+    """One norm: RMSNorm h (scale), LayerNorm 2h (scale and bias)."""
+    return m.hidden * (2 if m.norm == "layernorm" else 1)
+
+
 def norm_params(m: ModelSpec) -> int:
-    """Two norms per layer: RMSNorm h each, LayerNorm 2h each (scale and bias)."""
-    return 2 * m.hidden * (2 if m.norm == "layernorm" else 1)
+    """Two norms per layer."""
+    return 2 * one_norm_params(m)
+
+
+def position_params(m: ModelSpec) -> int:
+    """Learned position embeddings, s·h (0 with rotary positions)."""
+    return m.seq_len * m.hidden if m.learned_positions else 0
 
 
 def layer_params(m: ModelSpec) -> int:
@@ -36,13 +46,12 @@ def layer_params(m: ModelSpec) -> int:
 
 def embedding_params(m: ModelSpec) -> int:
     """Input embedding V·h (+ learned positions s·h)."""
-    return m.vocab * m.hidden + (m.seq_len * m.hidden if m.learned_positions else 0)
+    return m.vocab * m.hidden + position_params(m)
 
 
 def output_params(m: ModelSpec) -> int:
     """Final norm + output head V·h when untied (0 when tied to the input embedding)."""
-    final_norm = m.hidden * (2 if m.norm == "layernorm" else 1)
-    return final_norm + (0 if m.tied_embeddings else m.vocab * m.hidden)
+    return one_norm_params(m) + (0 if m.tied_embeddings else m.vocab * m.hidden)
 
 
 def total_params(m: ModelSpec) -> int:
@@ -83,10 +92,9 @@ def layer_params_per_gpu(m: ModelSpec, tp):
 
 def embedding_params_per_gpu(m: ModelSpec, tp):
     """Input embedding on one TP rank: the vocabulary-parallel table V·h/t; learned positions are replicated."""
-    return m.vocab * m.hidden / np.asarray(tp) + (m.seq_len * m.hidden if m.learned_positions else 0)
+    return m.vocab * m.hidden / np.asarray(tp) + position_params(m)
 
 
 def output_params_per_gpu(m: ModelSpec, tp):
     """Output layer on one TP rank: the vocabulary-parallel head V·h/t when untied; the final norm replicated."""
-    final_norm = m.hidden * (2 if m.norm == "layernorm" else 1)
-    return (0 if m.tied_embeddings else m.vocab * m.hidden) / np.asarray(tp) + final_norm
+    return (0 if m.tied_embeddings else m.vocab * m.hidden) / np.asarray(tp) + one_norm_params(m)

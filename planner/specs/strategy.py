@@ -147,6 +147,9 @@ class Runtime:
             raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
         if fa is not None and not isinstance(fa, (bool, np.bool_)):
             raise PlannerError("flash_attention", f"got {fa!r}, expected True, False or None (follow the hardware)")
+        if fa is False and gen is not None:
+            raise PlannerError("flash_attention_gen", f"got {gen!r} with FlashAttention off; the generation names "
+                                                      "fused kernels: drop it or turn FlashAttention on")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, (bool, np.bool_)):

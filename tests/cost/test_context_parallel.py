@@ -137,6 +137,10 @@ def test_megatron_export_carries_the_priced_cp_exchange(capsys):
     assert code == 0, err
     assert "--cp-comm-type allgather" in out
     assert "--cp-comm-type" not in run(capsys, *argv)[1]
+    # torchtitan all-gathers by default: the note asking to price that appears only when the ring was priced
+    titan = [a if a != "megatron" else "torchtitan" for a in argv]
+    assert "plan with --cp-comm allgather" in run(capsys, *titan)[1]
+    assert "plan with --cp-comm allgather" not in run(capsys, *titan, "--cp-comm", "allgather")[1]
 
 
 def _cols(**kw):
