@@ -245,3 +245,33 @@ def test_run_file_errors_name_the_run_files_field_not_a_flag(tmp_path, capsys, c
     line = bad_line(capsys, "validate", _run_file_with(tmp_path, **changes))
     assert_mentions(line, *needles)
     assert " --" not in line.split(":", 3)[-2], f"a CLI flag names the field: {line}"
+
+
+def test_readme_accuracy_table_is_what_validate_prints(preds):
+    """README's accuracy table is a claim about this code: each bundled-run row must be what `plan validate`
+    computes now, to the printed precision (a re-fit or a model change that moves them must update README)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = {m.group(1).strip(): tuple(float(x) for x in m.group(3, 4, 5)) + (int(m.group(2)),)
+             for m in re.finditer(r"^\| ([^|]+) \| (\d+) \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+)% \|$", readme, re.M)}
+    added = {rid for rid, p in preds.items() if p.run.source_locator.startswith("Not in shared")}
+
+    def row(ps):
+        e = np.abs([p.throughput_error for p in ps])
+        return tuple(round(100 * float(x), 1) for x in (e.mean(), np.median(e), e.max())) + (len(e),)
+
+    every = list(preds.values())
+    expected = {
+        "Korthikanti et al. 2022, Table 3/5 (A100, step time)": [p for p in every
+                                                                 if p.run.group.startswith("Korthikanti2022 Table 3/5")],
+        "Llama 3 405B pre-training, Table 4 (H100, held out)": [p for p in every if p.run.id.startswith("llama3")],
+        "the shared dataset's expressible dense runs": [p for p in every if p.run.id not in added],
+        "runs added from their sources (all held out)": [p for p in every if p.run.id in added],
+        "all bundled runs": every,
+        "runs used to fit any efficiency": [p for p in every if p.used_for_fit],
+        "held-out runs": [p for p in every if not p.used_for_fit],
+    }
+    for name, ps in expected.items():
+        assert table[name] == row(ps), name
