@@ -234,7 +234,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
         check_pins(pins, job)
     except PlannerError as exc:
         rest = job.gpus // max(pins.tp * pins.pp * pins.dp, 1) if implied_cp else 0
-        if rest > 1 and rest * pins.tp * pins.pp * pins.dp == job.gpus:
+        if exc.field == "layout" and rest > 1 and rest * pins.tp * pins.pp * pins.dp == job.gpus:
             raise PlannerError(exc.field, f"{exc.message} (CP is 1 unless --cp is given; --cp {rest} would use the "
                                           f"other GPUs)") from None
         raise

@@ -76,6 +76,13 @@ def test_pinned_degrees_must_multiply_to_gpus():
     assert len(table) and (table.cp == 2).all()
 
 
+def test_cp_hint_only_for_the_degree_product():
+    """"--cp 2 would use the other GPUs" answers a product that falls short, not a pin of the wrong type."""
+    with pytest.raises(PlannerError) as info:
+        evaluate("405b", 512, tp=True, pp=16, dp=4)
+    assert info.value.field == "--tp" and "--cp" not in info.value.message
+
+
 def test_pinned_tp_that_does_not_divide_heads_is_named():
     with pytest.raises(PlannerError) as info:
         evaluate("405b", 384, tp=3)
