@@ -66,6 +66,13 @@ def make_job(model: ModelSpec, gpus, seq_len=None, global_batch=None, global_bat
     if global_batch is not None and global_batch_tokens is not None:
         raise PlannerError("--global-batch", "give either --global-batch (sequences) or --global-batch-tokens, not both")
     s = checked_int(model.seq_len if seq_len is None else seq_len, "--seq-len")
+    if model.learned_positions and s > model.seq_len:       # no position embedding beyond the table
+        raise PlannerError("--seq-len", f"got {s:,}, expected at most {model.seq_len:,}: {model.name} learns "
+                                        f"{model.seq_len:,} positions")
+    if model.sliding_window and s > model.sliding_window:   # beyond it the window is not full attention
+        raise PlannerError("--seq-len", f"got {s:,}, expected at most {model.sliding_window:,}: {model.name} attends "
+                                        f"within a {model.sliding_window:,}-token sliding window, which the planner "
+                                        "prices only up to the window (where it is full attention)")
     if global_batch is None:
         tokens = model.global_batch_tokens if global_batch_tokens is None else global_batch_tokens
         tokens = checked_int(tokens, "--global-batch-tokens")

@@ -77,6 +77,10 @@ MODEL_FILE_CASES = [
     ("batch-tokens-not-whole-sequences", "bt.yaml",
      PRESET_8B.read_text().replace("global_batch_tokens: 16777216", "global_batch_tokens: 100"),
      ["global_batch_tokens", "100 tokens is not a whole number of 8192-token sequences"]),
+    ("batch-given-twice-ways", "b2.yaml", PRESET_8B.read_text() + "global_batch: 20\n",
+     ["global_batch", "not both"]),
+    # a key given twice: YAML keeps the last silently, the planner names it
+    ("duplicate-key", "dup.yaml", PRESET_8B.read_text() + "layers: 80\n", ["'layers' is given twice", "line"]),
 ]
 
 
@@ -221,7 +225,7 @@ def gpt2(**change):
 
 HF_CASES = [
     ("unsupported-model-type", hf(model_type="bert"), ["model_type", "bert", "not supported", "llama"]),
-    ("no-model-type", hf(model_type=...), ["model_type", "not supported"]),
+    ("no-model-type", hf(model_type=...), ["missing field 'model_type'"]),
     ("missing-heads", hf(num_attention_heads=...), ["num_attention_heads", "missing"]),
     ("null-heads", hf(num_attention_heads=None), ["num_attention_heads"]),
     ("hidden-not-divisible-by-heads", hf(hidden_size=4000, num_attention_heads=48, num_key_value_heads=...),
@@ -234,6 +238,13 @@ HF_CASES = [
     ("gpt2-missing-n-head", gpt2(n_head=..., n_positions=...), ["n_head"]),
     ("neox-missing-vocab", {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64,
                             "intermediate_size": 256, "num_attention_heads": 4}, ["vocab_size"]),
+    # what a dense bf16 full-attention model cannot express is refused, never planned as a different model
+    ("quantized", hf(quantization_config={"quant_method": "gptq", "bits": 4}), ["quantization_config", "quantized"]),
+    ("experts-on-llama", hf(num_local_experts=8), ["num_local_experts", "mixture-of-experts"]),
+    ("qwen2-moe-fields", hf(model_type="qwen2", num_experts=60, moe_intermediate_size=1408), ["num_experts"]),
+    ("not-a-real-type", hf(model_type="mixtral_dense"), ["mixtral_dense", "not supported"]),
+    ("tie-as-string", hf(tie_word_embeddings="false"), ["tie_word_embeddings", "true or false", "'false'"]),
+    ("bias-as-string", hf(attention_bias="false"), ["attention_bias", "true or false"]),
 ]
 
 
@@ -301,3 +312,11 @@ def test_yaml_python_tags_are_rejected_without_side_effects(capsys, tmp_path, ta
     line = bad(capsys, *argv)
     assert "evil.yaml" in line and "python" in line
     assert not marker.exists(), "a python tag in a YAML input executed code"
+
+
+def test_duplicate_key_in_config_json_is_named(capsys, tmp_path):
+    """json.loads keeps the last of two equal keys; a config.json that says num_hidden_layers twice is refused."""
+    d = tmp_path / "dup"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 32}')
+    assert_mentions(bad(capsys, "--model", str(d / "config.json"), "--gpus", "8"), "'num_hidden_layers' is given twice")

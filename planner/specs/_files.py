@@ -17,6 +17,36 @@ from planner.errors import PlannerError
 MAX_FILE_BYTES = 4 * 2**20
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _check_unique_yaml_keys(text: str) -> None:
+    """A key given twice in one YAML mapping (yaml.safe_load keeps the last one silently). Walks the node tree
+    yaml.compose builds, which constructs no Python objects: the data itself is read with safe_load only."""
+    stack = [yaml.compose(text)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+                if key in seen:
+                    raise _DuplicateKey(f"{key!r} is given twice (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+                stack.append(value_node)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
+def _unique_json_object(pairs):
+    keys = [k for k, _ in pairs]
+    repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if repeated is not None:
+        raise _DuplicateKey(f"{repeated!r} is given twice")
+    return dict(pairs)
+
+
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML or JSON file that must hold a mapping; raise PlannerError naming the file otherwise."""
     try:
@@ -39,7 +69,13 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     if not text.strip():
         raise PlannerError(what, f"{path} is empty; expected a mapping of fields")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if path.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_json_object)
+        else:
+            data = yaml.safe_load(text)
+            _check_unique_yaml_keys(text)
+    except _DuplicateKey as exc:
+        raise PlannerError(what, f"{path}: {exc}; expected each field once") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         detail = " ".join(str(exc).split())
         raise PlannerError(what, f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {detail}") from None

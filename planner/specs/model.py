@@ -46,6 +46,7 @@ class ModelSpec:
     learned_positions: bool = False
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
     description: str = ""
+    sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
 
     @property
     def q_dim(self) -> int:
@@ -85,6 +86,7 @@ class ModelFile(BaseModel):
     qkv_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
+    sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
 
     @field_validator("global_batch_tokens")
     @classmethod
@@ -100,6 +102,8 @@ class ModelFile(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelFile":
+        if self.global_batch is not None and self.global_batch_tokens is not None:
+            raise ValueError("give global_batch (sequences) or global_batch_tokens, not both")
         kv = self.kv_heads or self.heads
         if self.heads % kv:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
@@ -120,12 +124,16 @@ class ModelFile(BaseModel):
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
+            sliding_window=self.sliding_window,
         )
 
 
 # --- HuggingFace config.json -----------------------------------------------------------------------------------------
 
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense"}
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma"}
+# transformers' head_dim when a config leaves it out: Qwen3Config 128, GemmaConfig 256, the others hidden / heads.
+_HF_HEAD_DIM = {"qwen3": 128, "gemma": 256}
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 
 
 def _hf_field(cfg: dict, key: str, where: str, default=None):
@@ -140,22 +148,56 @@ def _hf_field(cfg: dict, key: str, where: str, default=None):
     return int(value)
 
 
+def _hf_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+    """A true/false field of a config.json; `default` when absent. No coercion: "false" is not False."""
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlannerError(where, f"field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _hf_unsupported(cfg: dict, mtype: str, where: str) -> None:
+    """What a config can say that a dense full-attention bf16 model cannot express: one line, never a silently wrong
+    dense model."""
+    if "model_type" not in cfg:
+        raise PlannerError(where, "missing field 'model_type' (llama, mistral, qwen2, qwen3, gemma, gpt2 or gpt_neox)")
+    experts = {k: cfg[k] for k in _MOE_KEYS if cfg.get(k) not in (None, 0, 1)}
+    if experts:
+        key, value = next(iter(experts.items()))
+        raise PlannerError(where, f"field {key!r} is {value!r}: mixture-of-experts models are not supported yet "
+                                  "(dense decoders only)")
+    if cfg.get("quantization_config") is not None:
+        raise PlannerError(where, "field 'quantization_config': quantized weights are not modelled (the planner "
+                                  "trains in bf16 mixed precision); remove it to plan the bf16 model")
+
+
 def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
-    """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, gpt2, gpt_neox)."""
+    """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, qwen3, gemma,
+    gpt2, gpt_neox); what a dense model cannot express is refused (_hf_unsupported)."""
     mtype = str(cfg.get("model_type", "")).lower()
+    _hf_unsupported(cfg, mtype, where)
+    # Mistral applies sliding_window whenever it is set; Qwen2/Qwen3 only with use_sliding_window true. Kept as the
+    # model's window: plans stay within it, where it equals full attention (make_job refuses a longer --seq-len).
+    active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else mtype == "mistral"
+    window = _hf_field(cfg, "sliding_window", where, 0) if active else 0
     if mtype in _LLAMA_LIKE:
         heads = _hf_field(cfg, "num_attention_heads", where)
         fields = dict(
             layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
             ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=heads,
             kv_heads=_hf_field(cfg, "num_key_value_heads", where, heads),
-            head_dim=_hf_field(cfg, "head_dim", where, 0) or None,
+            head_dim=_hf_field(cfg, "head_dim", where, _HF_HEAD_DIM.get(mtype, 0)) or None,
             vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
+            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN,
+                        window or DEFAULT_HF_SEQ_LEN),
+            sliding_window=window or None,
             # transformers' defaults when the key is absent: GemmaConfig ties the embeddings, the others do not.
-            gated_mlp=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", mtype == "gemma")), norm="rmsnorm",
+            gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype == "gemma"),
+            norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
-            qkv_bias=bool(cfg.get("attention_bias", mtype == "qwen2")),
+            qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
         )
     elif mtype == "gpt2":
         hidden = _hf_field(cfg, "n_embd", where)
@@ -164,7 +206,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             ffn_hidden=_hf_field(cfg, "n_inner", where, 4 * hidden),
             heads=_hf_field(cfg, "n_head", where), vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=_hf_field(cfg, "n_positions", where, _hf_field(cfg, "n_ctx", where, 1024)), gated_mlp=False,
-            tied_embeddings=True,
+            tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, True),
             norm="layernorm", bias=True, learned_positions=True, dropout=True,
         )
     elif mtype == "gpt_neox":
@@ -173,7 +215,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=_hf_field(cfg, "num_attention_heads", where),
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="layernorm", bias=True,
+            tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, False), norm="layernorm", bias=True,
         )
     else:
         known = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"

@@ -191,6 +191,46 @@ def test_hf_gemma_ties_embeddings_by_default(tmp_path):
     assert not untied.tied_embeddings and total_params(untied) == 8_537_680_896 + 256000 * 3072
 
 
+def test_hf_head_dim_defaults_are_transformers_own(tmp_path):
+    """Without head_dim, Qwen3Config takes 128 and GemmaConfig 256 (not hidden / heads). Qwen3-0.6B by hand: per
+    layer 1024·2048 (q) + 2·1024·1024 (k, v: 8 heads × 128) + 2048·1024 (o) + 3·1024·3072 + 2·1024 = 15,730,688, and
+    the q/k norms (2·128) the planner does not count; × 28, one tied 151936 × 1024 embedding, a final norm:
+    596,042,752 + 28·256 = 596,049,920, the model's published count."""
+    cfg = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+           "num_key_value_heads": 8, "num_hidden_layers": 28, "vocab_size": 151936, "tie_word_embeddings": True,
+           "max_position_embeddings": 40960}
+    m = load_model(write_config(tmp_path, cfg))
+    assert m.head_dim == 128 and m.q_dim == 2048
+    layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072 + 2 * 1024
+    assert total_params(m) == 28 * layer + 151936 * 1024 + 1024 == 596_049_920 - 28 * 256
+    gemma = {k: v for k, v in GEMMA_7B_CONFIG.items() if k != "head_dim"}
+    assert load_model(write_config(tmp_path, gemma, "gemma")).head_dim == 256
+
+
+def test_hf_sliding_window_bounds_the_sequence(tmp_path):
+    """Mistral 7B v0.1 attends within 4,096 tokens: planned at up to 4,096 (where the window is full attention),
+    refused beyond; Qwen2's window counts only with use_sliding_window true."""
+    from planner.search import make_job
+    m = load_model(write_config(tmp_path, MISTRAL_7B_CONFIG))
+    assert m.sliding_window == 4096 and make_job(m, 8).seq_len == 4096
+    with pytest.raises(PlannerError) as info:
+        make_job(m, 8, seq_len=8192)
+    assert info.value.field == "--seq-len" and "sliding window" in info.value.message
+    assert load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen")).sliding_window is None
+    on = {**QWEN2_05B_CONFIG, "use_sliding_window": True, "sliding_window": 2048}
+    assert load_model(write_config(tmp_path, on, "qwen_on")).sliding_window == 2048
+
+
+def test_learned_positions_bound_the_sequence(tmp_path):
+    """GPT-2 learns 1,024 positions: a longer --seq-len has no position embedding to use."""
+    from planner.search import make_job
+    m = load_model(write_config(tmp_path, GPT2_SMALL_CONFIG))
+    with pytest.raises(PlannerError, match="learns 1,024 positions"):
+        make_job(m, 8, seq_len=2048)
+    untied = load_model(write_config(tmp_path, {**GPT2_SMALL_CONFIG, "tie_word_embeddings": False}, "untied"))
+    assert total_params(untied) == total_params(m) + 50257 * 768
+
+
 def test_hf_gpt2_small_config_124m(tmp_path):
     m = load_model(write_config(tmp_path, GPT2_SMALL_CONFIG))
     assert (m.layers, m.hidden, m.heads, m.vocab, m.seq_len) == (12, 768, 12, 50257, 1024)
