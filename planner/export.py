@@ -43,6 +43,9 @@ def unsupported(framework: str, row) -> str | None:
     if framework == "torchtitan":
         if int(row.get("cp", 1)) > 1 and zero == 0:
             return "torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1"
+        if zero == 0 and (tp > 1 or pp > 1):
+            # parallelize.py: DDP "has not supported > 1D parallelism"
+            return "torchtitan's DDP (ZeRO-0) runs on a one-dimensional mesh only, not with TP or PP"
         if zero == 1:
             return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
         if tp > 1 and not row["sequence_parallel"]:
@@ -57,8 +60,11 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
-        if not runtime.cp_comm_overlap:     # Megatron-LM --cp-comm-type: p2p (default, the overlapped ring), a2a,
-            args.append("--cp-comm-type allgather")   # allgather or a2a+p2p (megatron/training/arguments.py)
+        # --cp-comm-type: p2p (default, the overlapped ring), all_gather, a2a or a2a+p2p; the value reaches
+        # Transformer Engine as is, which spells it all_gather (megatron/core/transformer/transformer_config.py
+        # cp_comm_type; arguments.py's help text says "allgather", a value TE rejects)
+        if not runtime.cp_comm_overlap:
+            args.append("--cp-comm-type all_gather")
     edge, mid = (int(x) for x in stage_layers(m.layers, pp))
     if pp > 1 and edge != mid:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
@@ -80,7 +86,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         args.append("--use-distributed-optimizer")
     elif zero >= 2:
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--use-distributed-optimizer"]
+        # validate_args: Megatron-FSDP only supports the fsdp_dtensor checkpoint format (default torch_dist)
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--use-distributed-optimizer",
+                 "--ckpt-format fsdp_dtensor"]
     if dp * cp > 1:                          # gradients are reduced over DP x CP
         args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
     args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
@@ -92,6 +100,12 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     header = f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
     if _fp16(dtype):
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
+    # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
+    # overlap needs exactly one (before Blackwell)
+    if zero >= 2:
+        header += "\n# environment: CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (Megatron-FSDP asserts it is not 1)"
+    elif tp > 1 or cp > 1:
+        header += "\n# environment: CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron asserts it for TP or CP before Blackwell)"
     return header + "\n" + " \\\n".join(args) + "\n"
 
 
@@ -117,11 +131,16 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         replicate, shard, reshard = dp, 1, None
     else:
         replicate, shard = 1, dp
-        reshard = "never" if zero in (1, 2) else None   # keep gathered params after forward: ZeRO-2-like
+        # ZeRO-1/2: keep gathered params after forward; ZeRO-3: reshard. torchtitan's "default" reshards only
+        # without PP (apply_fsdp: reshard_after_forward = not pp_enabled), so with PP ZeRO-3 must say "always".
+        reshard = "never" if zero in (1, 2) else ("always" if pp > 1 else None)
         if zero == 1:
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
+    if tp > 1 and runtime.tp_comm_overlap:
+        notes.append("# the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap): torchtitan's "
+                     "nearest is [parallelism] enable_async_tensor_parallel = true, with [compile] enabled")
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
              f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
@@ -174,7 +193,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
     return "\n".join(notes + lines) + "\n"
 
 
-def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> tuple[dict, list[str]]:
+def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
+                     runtime: Runtime = Runtime()) -> tuple[dict, list[str]]:
     """A DeepSpeed JSON config and the notes for what lives outside it (TP, PP)."""
     tp, pp, dp, zero = (int(row[k]) for k in ("tp", "pp", "dp", "zero_stage"))
     micro = int(row["micro_batch"])
@@ -206,6 +226,16 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16") -> tuple[
     if row["recompute"] == "full" and int(row.get("recompute_layers", 0)):
         notes.append(f"partial recompute: checkpoint only the first {int(row['recompute_layers'])} layers of each "
                      "pipeline chunk in the model code (deepspeed.checkpointing.checkpoint per layer)")
+    elif row["recompute"] == "full":
+        notes.append("full recompute: the activation_checkpointing block only configures deepspeed.checkpointing; "
+                     "the model code must checkpoint every layer with deepspeed.checkpointing.checkpoint "
+                     "(Megatron-DeepSpeed --checkpoint-activations)")
+    if tp > 1 and row["sequence_parallel"]:
+        notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
+                     "--sequence-parallel), again in the model code")
+    if tp > 1 and runtime.tp_comm_overlap:
+        notes.append("the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap); Megatron-DeepSpeed "
+                     "has no such option, so expect the TP time of a plan without it")
     return cfg, notes
 
 
@@ -218,7 +248,7 @@ def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runti
         return megatron_args(row, m, job, runtime, dtype), []
     if framework == "torchtitan":
         return torchtitan_toml(row, m, job, dtype, runtime), []
-    cfg, notes = deepspeed_config(row, m, job, dtype)
+    cfg, notes = deepspeed_config(row, m, job, dtype, runtime)
     return json.dumps(cfg, indent=2) + "\n", notes
 
 

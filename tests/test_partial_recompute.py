@@ -179,3 +179,29 @@ def test_torchtitan_counts_every_nth_block_over_the_rank(k, expected):
             "1", "--recompute-layers", str(k), "--export", "torchtitan"]
     out = runner.invoke(app, args)
     assert out.exit_code == 0 and all(text in out.stdout for text in expected), out.stdout
+
+
+def test_exports_launch_what_was_priced():
+    """Checked against the frameworks' sources: Megatron-FSDP asserts --ckpt-format fsdp_dtensor and
+    CUDA_DEVICE_MAX_CONNECTIONS != 1, TP/CP without it == 1 (megatron/training/arguments.py validate_args);
+    torchtitan's "default" reshard keeps parameters gathered when PP is on, and its DDP runs on a 1-D mesh only
+    (torchtitan/models/llama3/infra/parallelize.py); DeepSpeed's activation_checkpointing block recomputes nothing
+    unless the model calls deepspeed.checkpointing.checkpoint."""
+    def export(*args):
+        out = runner.invoke(app, ["--model", "70b", "--gpus", "64", *args])
+        return out.exit_code, out.stdout + (out.stderr if out.stderr_bytes is not None else "")
+
+    code, text = export("--tp", "2", "--pp", "1", "--dp", "32", "--zero", "3", "--export", "megatron")
+    assert code == 0 and "--ckpt-format fsdp_dtensor" in text and "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1" in text
+    code, text = export("--tp", "8", "--pp", "1", "--dp", "8", "--zero", "1", "--export", "megatron")
+    assert code == 0 and "--ckpt-format" not in text and "CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    code, text = export("--tp", "2", "--pp", "4", "--dp", "8", "--zero", "3", "--export", "torchtitan")
+    assert code == 0 and 'fsdp_reshard_after_forward = "always"' in text
+    code, text = export("--tp", "8", "--pp", "1", "--dp", "8", "--zero", "3", "--export", "torchtitan")
+    assert code == 0 and "fsdp_reshard_after_forward" not in text                  # without PP "default" reshards
+    out = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "2", "--pp", "1", "--dp", "8", "--zero", "0",
+                              "--export", "torchtitan"])
+    assert out.exit_code == 2 and "one-dimensional mesh" in out.output
+    code, text = export("--tp", "1", "--pp", "1", "--dp", "64", "--zero", "3", "--recompute", "full", "--export",
+                        "deepspeed")
+    assert code == 0 and "deepspeed.checkpointing.checkpoint" in text

@@ -124,18 +124,19 @@ def test_exports_carry_cp_and_deepspeed_refuses_it():
 
 
 def test_megatron_export_carries_the_priced_cp_exchange(capsys):
-    """The all-gather CP the plan priced is Megatron-LM's --cp-comm-type allgather (megatron/training/arguments.py:
-    p2p, the default, is the overlapped ring); CLI and API give the same flags."""
+    """The all-gather CP the plan priced is Megatron-LM's --cp-comm-type all_gather (megatron/training/arguments.py:
+    p2p, the default, is the overlapped ring; the value is Transformer Engine's spelling, all_gather, from
+    megatron/core/transformer/transformer_config.py cp_comm_type); CLI and API give the same flags."""
     m, job = load_model("8b"), Job(gpus=16, seq_len=8192, global_batch=2048)
     row = {"tp": 2, "cp": 2, "pp": 1, "dp": 4, "vpp": 1, "micro_batch": 1, "sequence_parallel": True,
            "recompute": "none", "zero_stage": 1}
-    assert "--cp-comm-type allgather" in megatron_args(row, m, job, Runtime(cp_comm_overlap=False))
+    assert "--cp-comm-type all_gather" in megatron_args(row, m, job, Runtime(cp_comm_overlap=False))
     assert "--cp-comm-type" not in megatron_args(row, m, job, Runtime())                  # p2p is the default
     assert "--cp-comm-type" not in megatron_args({**row, "cp": 1, "dp": 8}, m, job, Runtime(cp_comm_overlap=False))
     argv = ["--model", "8b", "--gpus", "16", "--tp", "2", "--cp", "2", "--pp", "1", "--dp", "4", "--export", "megatron"]
     code, out, err = run(capsys, *argv, "--cp-comm", "allgather")
     assert code == 0, err
-    assert "--cp-comm-type allgather" in out
+    assert "--cp-comm-type all_gather" in out
     assert "--cp-comm-type" not in run(capsys, *argv)[1]
     # torchtitan all-gathers by default: the note asking to price that appears only when the ring was priced
     titan = [a if a != "megatron" else "torchtitan" for a in argv]
