@@ -244,12 +244,27 @@ def sweep_cmd(
     pue: Optional[str] = typer.Option(None, "--pue", help="Power usage effectiveness for the energy estimate "
                                       "(default 1.2; with --tokens)."),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="Default: 7% of HBM."),
+    tp: Optional[str] = typer.Option(None, "--tp", help="Pin TP at every count (a count it does not divide says so)."),
+    cp: Optional[str] = typer.Option(None, "--cp", help="Pin context parallelism at every count."),
+    pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline parallelism at every count."),
+    micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin the micro-batch size."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full or op."),
+    zero: Optional[str] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
 ):
     """Best layout per GPU count: step time, tokens/s, MFU, scaling efficiency, and days and cost for --tokens."""
+    from planner.specs.strategy import recompute_code, zero_code
     from planner.sweep import sweep
+
+    pins = {k: int_flag(v, f) for k, v, f in (("tp", tp, "--tp"), ("cp", cp, "--cp"), ("pp", pp, "--pp"),
+                                               ("micro_batch", micro_batch, "--micro-batch")) if v is not None}
+    if recompute is not None:
+        recompute_code(recompute)
+        pins["recompute"] = recompute
+    if zero is not None:
+        pins["zero_stage"] = zero_code(zero)
 
     budget = budget_options(tokens, price, pue)
     fmt = output_format(fmt, output)
@@ -258,7 +273,7 @@ def sweep_cmd(
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
-               global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget)
+               global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget, **pins)
     title = f"{model} on {df.attrs['hardware']}: best layout per GPU count"
     _print_frame(df, title, "gpus", fmt, output)
     if plot is not None:

@@ -186,3 +186,19 @@ def test_library_budget_is_checked_like_the_flags(kwargs, field):
         assert info.value.field == field
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--tokens", "15T", "--pue", "5"])
     assert res.exit_code == 2 and "error: --pue: got 5.0" in res.output
+
+
+def test_sweep_cli_takes_layout_pins():
+    """`plan sweep` pins like the search: every row keeps the pinned TP, recompute and ZeRO stage, a count with no
+    valid layout under the pins says why (12 GPUs at TP 2: DP 6 does not divide 1,024 sequences), and a bad value is
+    one line with exit 2."""
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,12,16", "--tp", "2", "--recompute", "selective",
+                              "--zero", "1", "--format", "json"])
+    rows = json.loads(res.stdout)["rows"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert res.exit_code == 0 and [r["gpus"] for r in ok] == [8, 16]
+    assert all(r["tp"] == 2 and r["recompute"] == "selective" and r["zero_stage"] == 1 for r in ok)
+    twelve = next(r for r in rows if r["gpus"] == 12)
+    assert twelve["status"] == "no valid layout" and twelve["reason"].startswith("global batch not divisible")
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--zero", "5"])
+    assert res.exit_code == 2 and "error: --zero:" in res.output
