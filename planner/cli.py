@@ -120,7 +120,7 @@ def plan(
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
-    from planner.specs.hardware import load_hardware, parse_hardware_list
+    from planner.specs.hardware import parse_hardware_list
     from planner.specs.strategy import recompute_code, zero_code
 
     if recompute is not None:
@@ -148,8 +148,6 @@ def plan(
         from planner.sweep import compare_hardware
 
         names = parse_hardware_list(hardware)
-        for name in names:            # a runtime flag a profile cannot honour is the user's error, not a row's
-            runtime.for_hardware(load_hardware(name))
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,

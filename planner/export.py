@@ -57,6 +57,7 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     """Megatron-LM command-line arguments for the layout (and the runtime features the plan priced); `dtype` is the
     16-bit format of mixed precision, bf16 or fp16 (HardwareSpec.mixed_precision)."""
     tp, cp, pp, dp, v = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp"))
+    fp16 = _fp16(dtype)
     args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
@@ -95,10 +96,10 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
              f"--seq-length {job.seq_len}"]
     # fp16: Megatron keeps fp32 main gradients only for bf16 unless asked (arguments.py validate_args); the plan
     # priced fp32 main grads (Precision.grad_bytes 4), so ask.
-    args += ["--fp16", "--accumulate-allreduce-grads-in-fp32"] if _fp16(dtype) else ["--bf16"]
+    args += ["--fp16", "--accumulate-allreduce-grads-in-fp32"] if fp16 else ["--bf16"]
     layout = f"TP {tp} x CP {cp} x PP {pp} x DP {dp}" if cp > 1 else f"TP {tp} x PP {pp} x DP {dp}"
     header = f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
-    if _fp16(dtype):
+    if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
     # overlap needs exactly one (before Blackwell)
@@ -197,20 +198,20 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
                      runtime: Runtime = Runtime()) -> tuple[dict, list[str]]:
     """A DeepSpeed JSON config and the notes for what lives outside it (TP, PP)."""
     tp, pp, dp, zero = (int(row[k]) for k in ("tp", "pp", "dp", "zero_stage"))
-    micro = int(row["micro_batch"])
+    micro, fp16 = int(row["micro_batch"]), _fp16(dtype)
     cfg = {
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": job.global_batch // (micro * dp),
         # DeepSpeed's fp16 loss_scale 0 is dynamic loss scaling (config docs; DeepSpeed PR #7889 keeps 0 as dynamic)
-        **({"fp16": {"enabled": True, "loss_scale": 0}} if _fp16(dtype) else {"bf16": {"enabled": True}}),
+        **({"fp16": {"enabled": True, "loss_scale": 0}} if fp16 else {"bf16": {"enabled": True}}),
         "zero_optimization": {"stage": zero, "overlap_comm": True, "contiguous_gradients": True},
         "gradient_clipping": 1.0,
     }
     if row["recompute"] != "none":
         cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
     notes = [f"data-parallel size {dp}: train_batch_size = micro-batch x gradient accumulation x DP"]
-    if _fp16(dtype):
+    if fp16:
         notes.append("fp16 mixed precision with dynamic loss scaling (loss_scale 0): this GPU has no bf16")
     if tp > 1:
         notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "

@@ -6,12 +6,12 @@ import re
 
 import numpy as np
 
-from planner.checks import checked_int, is_int
+from planner.checks import checked_int, is_int, is_real
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError
 from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
-from planner.specs.strategy import MAX_GPUS
+from planner.specs.strategy import MAX_GPUS, Runtime
 
 MAX_SWEEP_POINTS = 64
 
@@ -53,8 +53,6 @@ def parse_gpu_counts(text: str) -> list[int]:
 def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> None:
     """The token budget and what prices it: a positive token count (or None), a positive price (or None: the
     profile's), a PUE from 1.0 to 3.0. One check for the command line (after it parses suffixes) and the library."""
-    from planner.checks import is_real
-
     if tokens is not None and (not is_real(tokens) or not tokens > 0):
         raise PlannerError("--tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
     price = price_usd_per_gpu_hour
@@ -164,13 +162,18 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
     names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
     pins, m = pop_pins(search_kwargs), load_model(model)
-    rows, errors, given = [], [], {}
-    for name in names:
+    runtime = search_kwargs.get("runtime") or Runtime()
+    profiles, given = [], {}
+    for name in names:                            # every profile checked before any search
         hw = load_hardware(name)
         if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
             raise PlannerError("--hardware", f"{given[hw.name]!r} and {name!r} are the same profile ({hw.name}); "
                                              "expected each profile once")
         given[hw.name] = name
+        runtime.for_hardware(hw)                  # a runtime feature a profile cannot run is the caller's error
+        profiles.append(hw)
+    rows, errors = [], []
+    for hw in profiles:
         row, error = _best_row(m, gpus, hw, pins, search_kwargs)
         row = {"hardware": hw.name, **row}
         if tokens is not None:

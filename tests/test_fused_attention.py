@@ -84,6 +84,10 @@ def test_explicit_flash_attention_on_v100_is_an_error_api():
         planner.evaluate("8b", 16, hardware="v100-sxm", tp=4, pp=1, dp=4, runtime=Runtime(flash_attention_gen=1))
     with pytest.raises(PlannerError, match="flash_attention: got 'yes'"):
         Runtime(flash_attention="yes")
+    # a comparison that includes such a profile refuses the request too (as the CLI does), not as one row's reason
+    with pytest.raises(PlannerError) as info:
+        planner.compare_hardware("8b", 16, "h100-sxm,v100-sxm", runtime=Runtime(flash_attention=True))
+    assert info.value.field == "flash_attention" and "v100-sxm" in info.value.message
     # FlashAttention where the hardware runs it stays available
     assert planner.evaluate("8b", 16, hardware="a100-80gb", tp=2, cp=2, pp=1, dp=4,
                             runtime=Runtime(flash_attention=True)).row["cp"] == 2

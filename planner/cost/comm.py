@@ -81,15 +81,14 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, ring=False):
     slows the compute beside it for as long as it is busy, at the profile's NVLink or network value. A hierarchical
     collective runs its phases one after the other: the values mixed by node_phase_share. A ring exchange (CP) that
     leaves the node moves each step over NVLink and NICs at once and waits for the NIC (ring_exchange_time_s): a
-    rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node)."""
+    rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node),
+    the network value itself (network_overlap_slowdown)."""
     nodes = np.asarray(span[1])
     if np.all(nodes <= 1):
         return np.full(nodes.shape, hw.overlap_slowdown_intra)
-    w_node, w_net = _bandwidths(hw)
     net = network_overlap_slowdown(hw)
     if ring:
-        crossing = np.maximum(net, hw.overlap_slowdown_intra * w_net / w_node)
-        return np.where(nodes > 1, crossing, hw.overlap_slowdown_intra)
+        return np.where(nodes > 1, net, hw.overlap_slowdown_intra)
     share = node_phase_share(span, hw, nbytes, count)
     return np.where(nodes > 1, share * hw.overlap_slowdown_intra + (1 - share) * net, hw.overlap_slowdown_intra)
 

@@ -83,11 +83,10 @@ def layer_params_per_gpu(m: ModelSpec, tp):
     one whole head per rank (replicated KV heads); the norms and the row-parallel layers' biases, which every rank
     adds after the all-reduce, replicated."""
     t = np.asarray(tp)
-    biased = m.bias or m.qkv_bias
-    kv = 2 * m.kv_dim * (m.hidden + (1 if biased else 0))              # K and V weights (+ biases)
+    kv_row = m.hidden + (1 if m.bias or m.qkv_bias else 0)            # a K or V column: its weights (+ bias)
     replicated = norm_params(m) + (2 * m.hidden if m.bias else 0)
-    split = layer_params(m) - kv - replicated
-    return split / t + 2 * kv_dim_per_rank(m, t) * (m.hidden + (1 if biased else 0)) + replicated
+    split = layer_params(m) - 2 * m.kv_dim * kv_row - replicated
+    return split / t + 2 * kv_dim_per_rank(m, t) * kv_row + replicated
 
 
 def embedding_params_per_gpu(m: ModelSpec, tp):

@@ -134,6 +134,7 @@ _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma"}
 # transformers' head_dim when a config leaves it out: Qwen3Config 128, GemmaConfig 256, the others hidden / heads.
 _HF_HEAD_DIM = {"qwen3": 128, "gemma": 256}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+_HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"        # what from_hf_config reads
 
 
 def _hf_field(cfg: dict, key: str, where: str, default=None):
@@ -158,11 +159,11 @@ def _hf_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
     return value
 
 
-def _hf_unsupported(cfg: dict, mtype: str, where: str) -> None:
+def _hf_unsupported(cfg: dict, where: str) -> None:
     """What a config can say that a dense full-attention bf16 model cannot express: one line, never a silently wrong
     dense model."""
     if "model_type" not in cfg:
-        raise PlannerError(where, "missing field 'model_type' (llama, mistral, qwen2, qwen3, gemma, gpt2 or gpt_neox)")
+        raise PlannerError(where, f"missing field 'model_type' (one of: {_HF_TYPES})")
     experts = {k: cfg[k] for k in _MOE_KEYS if cfg.get(k) not in (None, 0, 1)}
     if experts:
         key, value = next(iter(experts.items()))
@@ -177,7 +178,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
     """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, qwen3, gemma,
     gpt2, gpt_neox); what a dense model cannot express is refused (_hf_unsupported)."""
     mtype = str(cfg.get("model_type", "")).lower()
-    _hf_unsupported(cfg, mtype, where)
+    _hf_unsupported(cfg, where)
     # Mistral applies sliding_window whenever it is set; Qwen2/Qwen3 only with use_sliding_window true. Kept as the
     # model's window: plans stay within it, where it equals full attention (make_job refuses a longer --seq-len).
     active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else mtype == "mistral"
@@ -218,8 +219,8 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, False), norm="layernorm", bias=True,
         )
     else:
-        known = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"
-        raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported (expected one of: {known})")
+        raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported "
+                                  f"(expected one of: {_HF_TYPES})")
     return validate(ModelFile, {"name": name, **{k: v for k, v in fields.items() if v is not None}}, where)
 
 
