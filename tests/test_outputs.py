@@ -96,6 +96,17 @@ def test_explain_report_shows_bars_bubble_placement_and_advice():
     assert "To make it fit" in out and "full recompute" in out and "so it fits" in out
 
 
+def test_bubble_line_share_is_of_the_whole_step():
+    from planner.evaluate import evaluate
+    from planner.explain import bubble_line
+
+    row = evaluate(model="175b", gpus=1024, hardware="a100-80gb", tp=8, pp=16, dp=8, micro_batch=1,
+                   recompute="selective", zero_stage=1).row
+    # the whole step includes PP, DP and optimizer time, which r/(1 + r) leaves out
+    assert row["pp_comm_s"] + row["dp_comm_s"] > 0
+    assert f"{row['bubble_s'] / row['step_time_s']:.1%} of the step" in bubble_line(row)
+
+
 def test_whatif_suggestions_are_real_improvements():
     from planner.whatif import suggestions
 

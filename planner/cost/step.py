@@ -8,7 +8,10 @@ backward of the last micro-batch (gradients) and the forward of the first (param
 --overlap-grad-reduce / --overlap-param-gather and PyTorch DDP/FSDP buckets do, and only the rest is exposed
 (Calculon's overlap window, Isaev et al. SC'23); with v interleaved chunks Megatron-Core syncs chunk by chunk,
 so all but the last chunk's 1/v share hide behind (v − 1)·p/v micro-batch passes. ZeRO-3 gathers parameters for
-every micro-batch (ZeRO §7).
+every micro-batch (ZeRO §7): two all-gathers of the 16-bit parameters and one reduce-scatter of the gradients per
+micro-batch, the gradients in `Precision.grad_bytes` (4 by default: Megatron's fp32 main grads, FSDP's fp32
+reduce_dtype): each micro-batch moves as many bytes as plain DP's one all-reduce per step (1.5 x in the ZeRO
+paper's all-16-bit accounting, grad_bytes=2).
 
 `step_columns` takes one numpy column per knob and returns one column per result: the search calls it on every
 candidate at once and `evaluate` on a single layout, so they cannot disagree.
@@ -181,9 +184,14 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     edge_share = (block_recompute_share(first_last, c["rc_layers"], chunk_layers(m.layers, p, v), v) if partial
                   else 1.0)
     edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * first_last * (fwd + tp_fwd), 0.0)
-    stage_comp = np.maximum(first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd))
-    stage_tp = middle * (tp_fwd + tp_bwd)
-    stage_cp = middle * (cp_fwd + cp_bwd)
+    # The pacing stage is the one whose compute plus TP and CP communication is longest; its parts are reported.
+    edge_comp, mid_comp = first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)
+    edge_comm, mid_comm = first_last * (tp_fwd + tp_bwd + cp_fwd + cp_bwd), middle * (tp_fwd + tp_bwd + cp_fwd + cp_bwd)
+    edge_paces = edge_comp + edge_comm > mid_comp + mid_comm
+    pacing_layers = np.where(edge_paces, first_last, middle)
+    stage_comp = np.where(edge_paces, edge_comp, mid_comp)
+    stage_tp = pacing_layers * (tp_fwd + tp_bwd)
+    stage_cp = pacing_layers * (cp_fwd + cp_bwd)
     stage_fwd = layers_max * (fwd + tp_fwd + cp_fwd)
     stage_bwd = layers_max * (bwd + tp_bwd + cp_bwd)
 

@@ -107,3 +107,20 @@ def test_bubble_fraction_non_increasing_in_m_and_v(p, m, dm, v, dv):
     assert float(bubble_fraction(p, m, v + dv)) <= f
     if p > 1:
         assert float(bubble_fraction(p, m + dm, v)) < f
+
+
+def test_the_pacing_stage_brings_its_own_communication():
+    """With an uneven split (70 layers on 12 stages: 5 on the edges, 6 in the middle) and a huge vocabulary, the
+    last stage paces the pipeline; its TP time is that of its 5 layers, not of a middle stage's 6."""
+    import dataclasses
+
+    import planner
+    from planner.evaluate import evaluate
+
+    base = planner.load_model("gpt-1.7b")
+    small, huge = (dataclasses.replace(base, name=f"v{v}", layers=70, vocab=v) for v in (1024, 1_024_000))
+    pins = dict(hardware="a100-80gb", tp=4, pp=12, dp=1, micro_batch=1, vpp=1, recompute="none", zero_stage=0,
+                sequence_parallel=False, global_batch=24)
+    mid, edge = (evaluate(model=m, gpus=48, **pins).row for m in (small, huge))
+    assert edge["compute_s"] > 2 * mid["compute_s"]          # the logits make the edge stage the slowest
+    assert edge["tp_comm_s"] == pytest.approx(5 / 6 * mid["tp_comm_s"], rel=1e-9)
