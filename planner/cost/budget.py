@@ -13,15 +13,16 @@ def time_to_train_s(tokens, tokens_per_s):
 
 
 def gpu_hours(gpus, seconds):
-    return np.asarray(gpus) * np.asarray(seconds) / 3600.0
+    """GPU-hours: GPUs × wall seconds / 3600."""
+    return np.asarray(gpus, dtype=float) * np.asarray(seconds, dtype=float) / 3600.0
 
 
 def cost_usd(gpu_hours_, price_usd_per_gpu_hour):
     """GPU-hours × price per GPU-hour (NaN when no price is known)."""
     price = np.nan if price_usd_per_gpu_hour is None else price_usd_per_gpu_hour
-    return np.asarray(gpu_hours_) * price
+    return np.asarray(gpu_hours_, dtype=float) * price
 
 
 def energy_mwh(gpus, seconds, tdp_w, pue=DEFAULT_PUE):
     """GPUs at TDP for the whole run, times the facility PUE: an upper-bound estimate of the energy (MWh)."""
-    return np.asarray(gpus) * tdp_w * np.asarray(seconds) * pue / 3.6e9
+    return np.asarray(gpus, dtype=float) * tdp_w * np.asarray(seconds, dtype=float) * pue / 3.6e9

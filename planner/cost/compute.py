@@ -31,9 +31,10 @@ def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
     dimension: η·K/(K + K½), K½ per hardware (small-K GEMMs such as the attention output projection under TP
     are the slow ones).
     """
+    rows, inner, cols = (np.asarray(x, dtype=float) for x in (rows, inner, cols))   # int32 products overflow
     flops = 2.0 * rows * inner * cols
     nbytes = elem_bytes * (rows * inner + inner * cols + rows * cols)
-    k_factor = 1.0 + hw.gemm_k_half / np.asarray(inner, dtype=float)
+    k_factor = 1.0 + hw.gemm_k_half / inner
     return kernel_time_s(flops * k_factor, nbytes, hw)
 
 

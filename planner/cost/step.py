@@ -25,17 +25,29 @@ from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
 from planner.cost.pipeline import (block_recompute_share, chunk_layers, layers_per_stage, model_recompute_share,
                                    stage_layers)
+from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime
+from planner.specs.strategy import (DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime,
+                                     recompute_codes)
 
 TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
 
 
 def knob_columns(cols: dict) -> dict:
-    """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer)."""
-    return {k: np.asarray(cols[k] if k in cols or k != "rc_layers" else 0) for k in KNOBS}
+    """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer).
+    Recompute may be given as names or codes (read as codes); the other knobs must be integers (sp: booleans or
+    0/1), so that a string or a fraction is an error here, not a silently different layout."""
+    c = {k: np.asarray(cols[k] if k in cols or k != "rc_layers" else 0) for k in KNOBS}
+    c["recompute"] = recompute_codes(c["recompute"])
+    for k, col in c.items():
+        whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
+        if not whole or np.any(col < 0) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):
+            expected = ("booleans" if k == "sp" else "ZeRO stages 0-3" if k == "zero"
+                        else "non-negative integers")
+            raise PlannerError(k, f"got {cols.get(k)!r}, expected {expected}")
+    return c
 
 
 def optimizer_bytes_per_param(precision: Precision) -> float:

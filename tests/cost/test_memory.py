@@ -322,7 +322,7 @@ def test_zero3_transient_buffers_by_hand():
 def test_int32_inputs_do_not_overflow():
     """Notebook callers pass whatever integer arrays they have; numpy keeps int32 x int as int32, so 128K-token
     products wrapped before the cost functions cast to float (70B, s = 32,768: 9.0e9 bytes per layer, was 4.1e8)."""
-    from planner.cost import compute, flops
+    from planner.cost import budget, compute, flops
     from planner.specs.hardware import load_hardware
     m, hw = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
     s32, b32 = np.array([32768, 131072], dtype=np.int32), np.array([1, 16], dtype=np.int32)
@@ -333,6 +333,9 @@ def test_int32_inputs_do_not_overflow():
         lambda s, b: flops.model_flops_per_step(m, s, b * 1024),
         lambda s, b: compute.attention_core_time_s(m, s, b, 1, True, hw),
         lambda s, b: compute.layer_elementwise_bytes(m, s, b, 1, False),
+        lambda s, b: compute.gemm_time_s(s * b, np.int32(8192), np.int32(28672), hw),
+        lambda s, b: budget.gpu_hours(s, s * b),
+        lambda s, b: budget.energy_mwh(s, s * b, 700),
     ]
     for f in pairs:
         got, want = f(s32, b32), f(s64, b64)

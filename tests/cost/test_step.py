@@ -231,3 +231,24 @@ def test_pp_and_dp_communication_by_hand():
     s_bytes = 8_030_261_248 * 4
     assert dp["dp_comm_s"][0] == pytest.approx(1.75 * s_bytes / 369e9 + 201 * 40.6e-6, rel=1e-9)
     assert dp["dp_comm_s"][0] == pytest.approx(0.160496, rel=1e-5)
+
+
+def test_recompute_names_price_the_same_as_codes(case):
+    m, hw, job, rt, cols, out = case
+    names = np.array(["none", "selective", "full", "op"])[cols["recompute"]]
+    by_name = step_columns(m, hw, job, {**cols, "recompute": names}, runtime=rt)
+    for k in ("step_time_s", "compute_s", "mem_activations_bytes", "hfu"):
+        assert np.array_equal(by_name[k], out[k]), k
+
+
+@pytest.mark.parametrize("knob, value", [("sp", np.array(["False"])), ("zero", np.array(["3"])),
+                                         ("tp", np.array([2.5])), ("zero", np.array([4])), ("sp", np.array([2])),
+                                         ("recompute", np.array(["everything"])), ("pp", np.array([-1]))])
+def test_a_knob_column_of_the_wrong_kind_is_an_error_naming_it(knob, value):
+    from planner.errors import PlannerError
+
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    cols = {k: v[:1] for k, v in columns(ROWS).items()}
+    with pytest.raises(PlannerError) as err:
+        step_columns(m, hw, CASES[0][2], {**cols, knob: value})
+    assert err.value.field == knob
