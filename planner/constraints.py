@@ -22,7 +22,9 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
                                                               "zero"))
     s, gpn = job.seq_len, hw.gpus_per_node
     one_node = job.gpus <= gpn
-    heads_ok = (m.heads % t == 0) & ((m.kv_heads % t == 0) | (t % m.kv_heads == 0))
+    # Megatron-Core (TransformerConfig: num_query_groups must be a multiple of tensor_model_parallel_size) and
+    # torchtitan (n_kv_heads // tp local heads) split whole K/V heads: TP divides both head counts.
+    heads_ok = (m.heads % t == 0) & (m.kv_heads % t == 0)
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
     mid = stage_layers(m.layers, p)[1]
     batch_ok = job.global_batch % (b * d) == 0

@@ -118,7 +118,7 @@ def test_rows_without_a_layout_say_why():
     df = sweep("405b", "8,512")
     closest = run_search("405b", 8, find_min_gpus=False).closest.iloc[0]
     assert df.reason[0].startswith(f"closest needs {closest.memory_gib:.1f} GiB of 74.1 GiB") and df.reason.isna()[1]
-    df = compare_hardware("8b", 16, "h100-sxm,gb200", tp=16)     # TP 16 fits the NVL72 domain, not an 8-GPU node
+    df = compare_hardware("gpt-22b", 16, "h100-sxm,gb200", tp=16)     # TP 16 fits the NVL72 domain, not an 8-GPU node
     rows = df.set_index("hardware")
     assert rows.loc["gb200"].status == "ok"
     assert rows.loc["h100-sxm"].status == "no valid layout"

@@ -72,8 +72,8 @@ def op_recompute_matmul_params(m: ModelSpec) -> int:
 
 
 def kv_dim_per_rank(m: ModelSpec, tp):
-    """K (or V) width held by one TP rank: kv/t, but at least one whole head. When t > g, Megatron replicates
-    each KV head over t/g ranks (transformer_config.py: query groups divide or are divided by TP)."""
+    """K (or V) width held by one TP rank: kv/t, but at least one whole head (t > g would replicate each KV head
+    over t/g ranks; the layout rules refuse it, as Megatron-Core and torchtitan do, but the formula stays total)."""
     return m.kv_dim / np.minimum(np.asarray(tp), m.kv_heads)
 
 
