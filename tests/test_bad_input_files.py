@@ -152,6 +152,10 @@ HW_CASES = [
      ["node.intra_node.step_latency_us", "number", "'1.9'"]),
     ("numeric-name", "name: h100-sxm", "name: 100", ["name", "string", "100"]),
     ("numeric-alias", "aliases: [", "aliases: [5, ", ["aliases.0", "string", "5"]),
+    ("unknown-topology", "step_latency_us: 1.9", "topology: ring\n    step_latency_us: 1.9",
+     ["node.intra_node.topology", "'switch' or 'mesh'", "ring"]),
+    ("mesh-network", "step_latency_us: 4.0", "topology: mesh\n    step_latency_us: 4.0",
+     ["inter_node.topology", "expected switch"]),
 ]
 
 

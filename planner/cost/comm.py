@@ -9,8 +9,10 @@ latency grows with log2(nodes); reduce-scatter and all-gather are rings, whose l
 A collective issued as `count` calls (buckets, per-layer gathers) pays the latency `count` times.
 
 A group is `size` ranks placed `stride` ranks apart in the global rank order (TP innermost). S is the size of the
-full (unsharded) buffer in bytes. All functions take scalars or numpy arrays and broadcast. A new network shape
-(e.g. a TPU torus) adds its own `_span`/`_bandwidths` pair here; callers do not change.
+full (unsharded) buffer in bytes. All functions take scalars or numpy arrays and broadcast. The node's fabric is a
+switch (NVSwitch) or a full mesh (MI300X), whose bandwidth depends on how many of its GPUs take part
+(node_bandwidth). A new network shape (e.g. a TPU torus) adds its own `_span`/`_bandwidths` pair here; callers do
+not change.
 """
 
 from __future__ import annotations
@@ -102,8 +104,21 @@ def network_overlap_slowdown(hw: HardwareSpec):
 
 
 def _bandwidths(hw: HardwareSpec):
+    """(in-node, network) achievable bandwidth per GPU per direction, the in-node one over all of a GPU's links."""
     return (hw.intra_bw_bytes_per_s * hw.intra_busbw_efficiency,
             hw.inter_bw_bytes_per_s * hw.inter_busbw_efficiency)
+
+
+def node_bandwidth(k, hw: HardwareSpec):
+    """Achievable in-node bandwidth per GPU for traffic among k GPUs of one node (k = 2: a point-to-point send).
+    Behind a switch (NVSwitch) any peer is reached at the GPU's full bandwidth. On a full mesh (MI300X: one
+    Infinity Fabric link to each of the n − 1 other GPUs) a group of k uses k − 1 of the n − 1 links: RCCL's
+    measured busbw is 316.82 GB/s on 8 MI300X (7 links) and 47.67 GB/s on 2 (one link; this model: 45.4)."""
+    w_node = _bandwidths(hw)[0]
+    if hw.intra_topology != "mesh":
+        return np.full(np.shape(k), w_node) if np.ndim(k) else w_node
+    links = max(hw.gpus_per_node - 1, 1)
+    return w_node * np.clip(np.asarray(k, dtype=float) - 1, 1, links) / links
 
 
 def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
@@ -119,7 +134,7 @@ def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
     """(in-node, network) bandwidth time of a hierarchical collective of S bytes in `count` calls (formulas.md §4.1,
     §4.3): rounds·(k−1)/k·S/W_node and rounds·(M−1)/M·(S/k)/W_net, each slowed for small calls (see below)."""
     k, nodes = span
-    w_node, w_net = _bandwidths(hw)
+    w_node, w_net = node_bandwidth(k, hw), _bandwidths(hw)[1]
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
     node = rounds * (k - 1) / k * s / w_node
@@ -170,7 +185,7 @@ def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec):
     help, unlike a hierarchical all-gather)."""
     size = np.asarray(size)
     _, nodes = group_span(size, stride, hw.gpus_per_node)
-    w_node, w_net = _bandwidths(hw)
+    w_node, w_net = node_bandwidth(2, hw), _bandwidths(hw)[1]       # each step goes to one neighbour
     cross = nodes > 1
     step = np.asarray(nbytes, dtype=float) / np.maximum(size, 1) / np.where(cross, w_net, w_node)
     lat = np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)
@@ -179,8 +194,9 @@ def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec):
 
 
 def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):
-    """One point-to-point send of S bytes: latency + S/W over NVLink or, between nodes, the GPU's NIC."""
-    w_node, w_net = _bandwidths(hw)
+    """One point-to-point send of S bytes: latency + S/W over NVLink (one link on a mesh) or, between nodes, the
+    GPU's NIC."""
+    w_node, w_net = node_bandwidth(2, hw), _bandwidths(hw)[1]
     cross = np.asarray(cross_node, dtype=bool)
     bw = np.where(cross, w_net, w_node)
     lat = hw.collective_base_latency_s + np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)

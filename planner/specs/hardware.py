@@ -10,6 +10,7 @@ import difflib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -52,6 +53,9 @@ class _Gpu(_Strict):
 
 class _Link(_Strict):
     name: str = ""
+    # How the GPUs of a node are wired (intra_node only): "switch" (NVSwitch: every GPU reaches any peer at its
+    # full bandwidth) or "mesh" (a direct link to every other GPU, MI300X: a peer gets 1/(n-1) of it).
+    topology: Literal["switch", "mesh"] = "switch"
     bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=0.1, lt=100_000)
     bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(default=None, gt=1, lt=100_000)
     step_latency_us: float = Field(ge=0, lt=10_000)
@@ -69,6 +73,8 @@ class _Node(_Strict):
     def _host_divides_node(self) -> "_Node":
         if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
             raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
+        if self.inter_node.topology != "switch":
+            raise ValueError("inter_node.topology: only the intra-node fabric can be a mesh; expected switch")
         return self
 
 
@@ -114,7 +120,7 @@ class HardwareSpec:
     hbm_bw_bytes_per_s: float
     tdp_w: float
     gpus_per_node: int                      # GPUs sharing the NVLink-class fabric (the "node" of the collectives)
-    intra_bw_bytes_per_s: float             # NVLink-class fabric, per GPU per direction
+    intra_bw_bytes_per_s: float             # NVLink-class fabric, per GPU per direction (all its links)
     inter_bw_bytes_per_s: float             # NIC bandwidth per GPU per direction
     intra_step_latency_s: float             # alpha per ring step inside a node
     inter_step_latency_s: float             # alpha per ring step across nodes
@@ -137,6 +143,7 @@ class HardwareSpec:
     fused_attention: bool = True            # FlashAttention / fused attention kernels run here (Runtime.for_hardware)
     mixed_precision: str = "bf16"           # 16-bit format of mixed precision: "fp16" (with loss scaling) on a GPU
                                             # without bf16, i.e. a profile with no bf16 peak (V100)
+    intra_topology: str = "switch"          # "mesh": a direct link per peer, so k GPUs use k-1 of n-1 links
 
     @property
     def alloc_gpus(self) -> int:
@@ -183,6 +190,7 @@ class HardwareSpec:
             peak_flops_by_dtype=peaks,
             fused_attention=f.gpu.fused_attention,
             mixed_precision="bf16" if f.gpu.peak_tflops_dense.bf16 is not None else "fp16",
+            intra_topology=intra.topology,
         )
 
 

@@ -202,3 +202,23 @@ def test_less_nvlink_is_never_faster(zero):
     eight = evaluate("8b", 16, hardware=HW, **pins).row["step_time_s"]
     one = evaluate("8b", 16, hardware=single, **pins).row["step_time_s"]
     assert one >= eight
+
+
+def test_a_mesh_node_gives_a_group_only_its_links():
+    """MI300X: a direct Infinity Fabric link to each of the 7 peers (no switch). A group of k GPUs uses k - 1 of
+    them: the profile's fraction reproduces the measured 8-GPU RCCL busbw (316.82 GB/s) by construction, and the
+    2-GPU busbw measured independently (47.67 GB/s, ml-engineering) within 5%; a point-to-point send gets one link.
+    Behind NVSwitch the group size does not matter."""
+    from planner.cost.comm import node_bandwidth, ring_exchange_time_s
+
+    mi = load_hardware("mi300x")
+    base, step = mi.collective_base_latency_s, mi.intra_step_latency_s
+    busbw = {k: 8e9 * 2 * (k - 1) / k / (all_reduce_time_s(8e9, k, 1, mi) - base - 2 * (k - 1) * step)
+             for k in (2, 4, 8)}
+    assert busbw[8] == pytest.approx(316.82e9, rel=0.01)
+    assert busbw[2] == pytest.approx(47.67e9, rel=0.05)
+    assert busbw[4] == pytest.approx(3 * busbw[2], rel=1e-9)
+    assert p2p_time_s(1e9, False, mi) == pytest.approx(base + step + 1e9 / busbw[2], rel=1e-9)
+    assert ring_exchange_time_s(8e9, 8, 1, mi) == pytest.approx(base + 7 * (1e9 / busbw[2] + step), rel=1e-9)
+    assert np.allclose(node_bandwidth(np.array([2, 4, 8]), HW), W_NODE, rtol=1e-12)
+    assert np.allclose(node_bandwidth(np.array([[2], [8]]), mi), [[busbw[2]], [busbw[8]]], rtol=1e-9)
