@@ -92,6 +92,13 @@ def first_failure(rule_list, n: int):
     return failed, failed == len(rule_list)
 
 
+def sole_failure(rule_list, n: int):
+    """Index of the only rule each row breaks, -1 where it breaks none or several: the rows that relaxing that one
+    rule would make valid (what binds when nothing is valid, which the first-failure counts do not show)."""
+    broken = np.stack([~np.broadcast_to(ok, (n,)) for _, ok in rule_list])
+    return np.where(broken.sum(axis=0) == 1, broken.argmax(axis=0), -1)
+
+
 # --- which rule to blame when nothing is valid ------------------------------------------------------------------
 
 def _rule_flags(reason: str) -> tuple:
@@ -117,9 +124,15 @@ def invalid_layout_error(result) -> PlannerError:
     if not ranked:
         return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
     pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
+    sole = result.sole_blockers
+    if sole and not pinned:          # the rule that alone stands in the way, before the most frequent ones
+        binding = max(sole, key=sole.get)
+        ranked = [binding] + [r for r in ranked if r != binding]
     reason = ranked[0]
     flags_of = {r: _rule_flags(r) for r in ranked}
-    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)})" for r in ranked[:3])
+    detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)}"
+                       + (f", {sole[r]:,} of them valid but for this rule" if r in sole and not pinned else "") + ")"
+                       for r in ranked[:3])
     named = [f for f in flags_of[reason] if f in pin_names]
     flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
     given = ", ".join(f"{p}={v}" for p, v in pinned.items())
@@ -130,6 +143,9 @@ def invalid_layout_error(result) -> PlannerError:
     elif reason.startswith("interleaving: VPP") and "pp" in pinned:
         slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
         hint = f"; with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}"
+    elif result.batch_suggestion and not pinned:
+        hint = (f"; try --global-batch {result.batch_suggestion}, the nearest round batch that some layout's DP x "
+                "micro-batch divides")
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
         hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
                 f"(e.g. {1 << (n.bit_length() - 1)})")

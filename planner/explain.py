@@ -7,8 +7,7 @@ from planner.cost.step import TIME_PARTS
 from planner.specs.strategy import recompute_label as strategy_recompute_label
 
 _KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
-                ("sequence_parallel", "SP"), ("recompute", "recompute"), ("recompute_layers", "recomputed layers"),
-                ("zero_stage", "ZeRO"))
+                ("sequence_parallel", "SP"), ("zero_stage", "ZeRO"))
 _PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "cp_comm": "exposed CP communication",
                 "pp_comm": "PP communication",
                 "dp_comm": "exposed DP communication", "bubble": "pipeline bubble", "optimizer": "optimizer step"}
@@ -26,6 +25,18 @@ def layout_label(row) -> str:
             f"mb{row['micro_batch']} {recompute_label(row)} ZeRO-{row['zero_stage']}")
 
 
+def knob_differences(a, b) -> list[str]:
+    """'TP 8 vs 4', ... for the knobs two rows set differently; SP as on/off and recompute as the table writes it
+    (full of every layer vs full of the first N per chunk)."""
+    def shown(row, k):
+        return ("on" if row[k] else "off") if k == "sequence_parallel" else row[k]
+
+    diffs = [f"{label} {shown(a, k)} vs {shown(b, k)}" for k, label in _KNOB_LABELS if a[k] != b[k]]
+    if recompute_label(a) != recompute_label(b):
+        diffs.append(f"recompute {recompute_label(a)} vs {recompute_label(b)}")
+    return diffs
+
+
 def why_first(table) -> str:
     """One line: what makes row 0 faster than row 1 (the time parts that differ most, and the knobs)."""
     if len(table) == 0:
@@ -39,11 +50,12 @@ def why_first(table) -> str:
     gained = sum(d for d, _ in deltas if d > 0)
     wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.25 * gained][:2]
     losses = [f"{_PART_LABELS[k]} {-d:.3g} s longer" for d, k in deltas[::-1] if d < -0.25 * gained][:1]
-    knobs = [f"{label} {a[k]} vs {b[k]}" for k, label in _KNOB_LABELS if a[k] != b[k]]
+    knobs = knob_differences(a, b)
     if gain < 1e-3:
         tie = ("uses less memory" if a["memory_gib"] < b["memory_gib"] else
                "has fewer pipeline stages" if a["pp"] < b["pp"] else "is marginally faster")
-        return (f"#1 and #2 are within {100 * gain:.2f}% of each other; #1 {tie} "
+        close = "equally fast" if gain < 5e-5 else f"within {100 * gain:.2f}% of each other"
+        return (f"#1 and #2 are {close}; #1 {tie} "
                 f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
     why = "; ".join(wins + [f"despite {x}" for x in losses])
     return (f"#1 is {100 * gain:.1f}% faster than #2: {why} "

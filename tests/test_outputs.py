@@ -250,3 +250,19 @@ def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported(capsys):
     megatron = runner.invoke(app, base + ["--sequence-parallel", "--tp-comm-overlap", "--export", "megatron"]).stdout
     assert "--tp-comm-overlap" in megatron
     assert "--tp-comm-overlap" not in runner.invoke(app, base + ["--sequence-parallel", "--export", "megatron"]).stdout
+
+
+def test_why_first_names_knobs_as_the_table_writes_them():
+    import pandas as pd
+
+    from planner.explain import knob_differences, why_first
+
+    base = dict(tp=4, cp=1, pp=1, dp=16, micro_batch=1, vpp=1, sequence_parallel=True, recompute="full",
+                recompute_layers=0, zero_stage=3, memory_gib=50.0, step_time_s=100.0,
+                **{f"{k}_s": 10.0 for k in ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
+                                             "optimizer")})
+    a, b = dict(base), dict(base, sequence_parallel=False, recompute_layers=40)
+    # full recompute of every layer (recompute_layers 0) against the first 40 layers: not "0 vs 40"
+    assert knob_differences(a, b) == ["SP on vs off", "recompute full vs full(40)"]
+    tie = why_first(pd.DataFrame([a, dict(a, tp=8, memory_gib=60.0)]))
+    assert tie.startswith("#1 and #2 are equally fast; #1 uses less memory (TP 4 vs 8;")

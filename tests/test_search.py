@@ -6,7 +6,7 @@ import pytest
 from planner.constraints import FIT_REASON
 from planner.errors import PlannerError
 from planner.evaluate import evaluate
-from planner.search import Pins, enumerate_candidates, make_job, run_search, search
+from planner.search import Pins, _round_batch, enumerate_candidates, make_job, run_search, search
 from planner.specs.model import load_model
 
 
@@ -179,3 +179,15 @@ def test_the_min_gpu_scan_tries_its_limit_and_says_how_far_it_went():
     beyond = replace(r, job=replace(r.job, gpus=2 * MAX_GPUS_TRIED))
     assert min_gpus_text(beyond) == (f"none tried: the scan for a larger count stops at {MAX_GPUS_TRIED:,} GPUs, not "
                                      f"above the {2 * MAX_GPUS_TRIED:,} asked")
+
+
+def test_no_valid_layout_names_the_binding_rules_and_a_batch_that_works():
+    """70B on 96 GPUs: every DP carries a factor 3 that the 2048-sequence batch lacks, or PP must be 3; the error
+    says which rules alone stand in the way (not just the most frequent) and which global batch would do."""
+    with pytest.raises(PlannerError) as info:
+        evaluate("70b", 96)
+    msg = info.value.message
+    assert "global batch not divisible by DP x micro-batch" in msg and "valid but for this rule" in msg
+    assert "try --global-batch 1536" in msg
+    assert evaluate("70b", 96, global_batch=1536).row["dp"] % 3 == 0
+    assert _round_batch(2048, {3, 24}) == 1536 and _round_batch(2048, {2048}) == 2048
