@@ -14,7 +14,7 @@ from planner.search import SearchResult, pop_pins, require_valid, run_search
 from planner.specs.strategy import recompute_label
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)      # identity equality: the result holds DataFrames, which do not compare to a bool
 class Evaluation:
     """A layout's breakdown. `row` holds exactly the columns of a search row (the public JSON names)."""
 

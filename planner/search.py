@@ -34,8 +34,10 @@ MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
 
 
 Pins = make_dataclass("Pins", [(f.name, f"{f.type} | None", field(default=None)) for f in fields(Layout)],
-                      frozen=True, namespace={"__doc__": "Knobs the user fixed, one per Layout field; None = search "
-                                                         "over it."})
+                      frozen=True,
+                      namespace={"__doc__": "Knobs the user fixed, one per Layout field; None = search over it."})
+Pins.__module__ = __name__       # picklable (results go through multiprocessing and caches); 3.12 has module=
+
 
 
 @dataclass
@@ -244,8 +246,9 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     try:
         check_pins(pins, job)
     except PlannerError as exc:
-        rest = job.gpus // max(pins.tp * pins.pp * pins.dp, 1) if implied_cp else 0
-        if exc.field == "layout" and rest > 1 and rest * pins.tp * pins.pp * pins.dp == job.gpus:
+        # a "layout" error comes after the pins' types were checked, so the product below is of integers
+        rest = job.gpus // max(pins.tp * pins.pp * pins.dp, 1) if implied_cp and exc.field == "layout" else 0
+        if rest > 1 and rest * pins.tp * pins.pp * pins.dp == job.gpus:
             raise PlannerError(exc.field, f"{exc.message} (CP is 1 unless --cp is given; --cp {rest} would use the "
                                           f"other GPUs)") from None
         raise
@@ -415,7 +418,8 @@ def search(model="405b", gpus=512, **kwargs):
     result = require_valid(run_search(model, gpus, pins=pins, **kwargs))
     df = result.table
     df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,
-                    considered=result.considered, rejected=dict(result.rejected))
+                    considered=result.considered, rejected=dict(result.rejected),
+                    min_gpus_that_fit=result.min_gpus_that_fit)     # set when nothing fits (the frame is empty)
     return df
 
 

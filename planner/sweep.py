@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -53,10 +54,10 @@ def parse_gpu_counts(text: str) -> list[int]:
 def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> None:
     """The token budget and what prices it: a positive token count (or None), a positive price (or None: the
     profile's), a PUE from 1.0 to 3.0. One check for the command line (after it parses suffixes) and the library."""
-    if tokens is not None and (not is_real(tokens) or not tokens > 0):
+    if tokens is not None and (not is_real(tokens) or not 0 < tokens < math.inf):
         raise PlannerError("--tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
     price = price_usd_per_gpu_hour
-    if price is not None and (not is_real(price) or not price > 0):
+    if price is not None and (not is_real(price) or not 0 < price < math.inf):
         raise PlannerError("--price-per-gpu-hour", f"got {price!r}, expected a positive number of USD")
     if not is_real(pue) or not 1.0 <= pue <= 3.0:
         raise PlannerError("--pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")

@@ -191,3 +191,17 @@ def test_no_valid_layout_names_the_binding_rules_and_a_batch_that_works():
     assert "try --global-batch 1536" in msg
     assert evaluate("70b", 96, global_batch=1536).row["dp"] % 3 == 0
     assert _round_batch(2048, {3, 24}) == 1536 and _round_batch(2048, {2048}) == 2048
+
+
+def test_results_pickle_compare_and_say_when_nothing_fits():
+    import pickle
+
+    ev = evaluate("8b", 64, tp=8, pp=1, dp=8)
+    again = pickle.loads(pickle.dumps(ev))                    # Pins is a module-level class: multiprocessing works
+    assert again.row == ev.row and again.result.pins == ev.result.pins
+    assert ev == ev and ev != again and isinstance(hash(ev), int)   # identity: DataFrames do not compare to a bool
+    df = search("405b", 8)
+    assert len(df) == 0 and df.attrs["min_gpus_that_fit"] == run_search("405b", 8).min_gpus_that_fit > 8
+    with pytest.raises(PlannerError) as info:                 # a wrongly typed pin beside the other degrees
+        evaluate("405b", 512, tp="8", pp=16, dp=4)
+    assert info.value.field == "--tp"

@@ -174,6 +174,8 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(tokens=-5), "--tokens"), (dict(tokens="15T"), "--tokens"), (dict(tokens=True), "--tokens"),
+    (dict(tokens=float("inf")), "--tokens"), (dict(tokens=1e12, price_usd_per_gpu_hour=float("inf")),
+                                             "--price-per-gpu-hour"),
     (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "--price-per-gpu-hour"), (dict(tokens=1e12, pue=0.5), "--pue"),
 ])
 def test_library_budget_is_checked_like_the_flags(kwargs, field):

@@ -7,6 +7,7 @@ The YAML uses human units named in its keys (GB/s, TFLOP/s, GiB); everything ins
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.checks import is_int, is_real
 from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
 
@@ -144,6 +146,32 @@ class HardwareSpec:
     mixed_precision: str = "bf16"           # 16-bit format of mixed precision: "fp16" (with loss scaling) on a GPU
                                             # without bf16, i.e. a profile with no bf16 peak (V100)
     intra_topology: str = "switch"          # "mesh": a direct link per peer, so k GPUs use k-1 of n-1 links
+
+    def __post_init__(self):
+        """The file schema's physical rules, for a spec built or changed in Python (dataclasses.replace): positive
+        finite rates and sizes, efficiencies in (0, 1], slowdowns in [0, 1]; the error names the field."""
+        def bad(f, expected):
+            raise PlannerError(f"hardware {self.name}: {f}", f"got {getattr(self, f)!r}, expected {expected}")
+
+        for f in ("peak_flops", "hbm_bytes", "hbm_bw_bytes_per_s", "tdp_w", "intra_bw_bytes_per_s",
+                  "inter_bw_bytes_per_s"):
+            if not (is_real(getattr(self, f)) and 0 < getattr(self, f) < math.inf):
+                bad(f, "a positive finite number")
+        for f in ("intra_step_latency_s", "inter_step_latency_s", "collective_base_latency_s", "intra_half_bw_bytes",
+                  "inter_half_bw_bytes", "kernel_overhead_s", "gemm_k_half", "framework_overhead_bytes"):
+            if not (is_real(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):
+                bad(f, "a finite number >= 0")
+        for f in ("gemm_efficiency", "hbm_efficiency", "intra_busbw_efficiency", "inter_busbw_efficiency",
+                  "attention_efficiency"):
+            if not (is_real(getattr(self, f)) and 0 < getattr(self, f) <= 1):
+                bad(f, "a fraction in (0, 1]")
+        for f in ("overlap_slowdown_intra", "overlap_slowdown_inter"):
+            if not (is_real(getattr(self, f)) and 0 <= getattr(self, f) <= 1):
+                bad(f, "a fraction in [0, 1]")
+        if not is_int(self.gpus_per_node) or self.gpus_per_node < 1:
+            bad("gpus_per_node", "a positive integer")
+        if self.intra_topology not in ("switch", "mesh"):
+            bad("intra_topology", "switch or mesh")
 
     @property
     def alloc_gpus(self) -> int:

@@ -48,6 +48,26 @@ class ModelSpec:
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
 
+    def __post_init__(self):
+        """The file schema's rules, for a spec built or changed in Python (dataclasses.replace): positive integer
+        sizes, booleans for the switches, heads a multiple of kv_heads; the error names the field."""
+        for f in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "global_batch_tokens",
+                  "head_dim"):
+            value = getattr(self, f)
+            if not is_int(value) or value < 1:
+                raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
+        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout"):
+            if not isinstance(getattr(self, f), bool):
+                raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
+        if self.norm not in ("rmsnorm", "layernorm"):
+            raise PlannerError(f"model {self.name}: norm", f"got {self.norm!r}, expected rmsnorm or layernorm")
+        if self.heads % self.kv_heads:
+            raise PlannerError(f"model {self.name}: kv_heads",
+                               f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.sliding_window is not None and (not is_int(self.sliding_window) or self.sliding_window < 1):
+            raise PlannerError(f"model {self.name}: sliding_window",
+                               f"got {self.sliding_window!r}, expected a positive integer or none")
+
     @property
     def q_dim(self) -> int:
         return self.heads * self.head_dim

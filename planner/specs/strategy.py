@@ -154,7 +154,7 @@ class Runtime:
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, (bool, np.bool_)):
                 raise PlannerError(f.name, f"got {value!r}, expected True or False")
-        if not is_real(self.dp_bucket_bytes) or not self.dp_bucket_bytes > 0:
+        if not is_real(self.dp_bucket_bytes) or not 0 < self.dp_bucket_bytes < math.inf:
             raise PlannerError("dp_bucket_bytes", f"got {self.dp_bucket_bytes!r}, expected a positive size in bytes")
         if self.zero3_gather_unit not in ZERO3_GATHER_UNITS:
             raise PlannerError("zero3_gather_unit", f"got {self.zero3_gather_unit!r}, expected one of "

@@ -58,6 +58,7 @@ def test_a_runs_file_with_a_bad_knob_names_the_run_and_the_knob(tmp_path):
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(zero3_gather_unit="foo"), "zero3_gather_unit"), (dict(dp_bucket_bytes=0), "dp_bucket_bytes"),
+    (dict(dp_bucket_bytes=float("inf")), "dp_bucket_bytes"),
     (dict(tp_comm_overlap="yes"), "tp_comm_overlap"), (dict(overlap_grad_reduce=1), "overlap_grad_reduce"),
     (dict(flash_attention="no"), "flash_attention"),
     (dict(flash_attention=False, flash_attention_gen=1), "flash_attention_gen"),

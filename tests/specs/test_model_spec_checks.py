@@ -1,0 +1,36 @@
+"""Specs built or changed in Python are checked as files are: a bad field is a PlannerError naming it, never a NaN
+row ranked as if it fit (a search on heads=0 returned 2,801 'fitting' rows with NaN step times)."""
+
+import dataclasses
+
+import pytest
+
+import planner
+from planner.errors import PlannerError
+
+
+@pytest.mark.parametrize("change, field", [(dict(heads=0), "heads"), (dict(vocab=-5), "vocab"),
+                                           (dict(layers=2.5), "layers"), (dict(gated_mlp="yes"), "gated_mlp"),
+                                           (dict(kv_heads=3), "kv_heads"), (dict(norm="batchnorm"), "norm"),
+                                           (dict(sliding_window=0), "sliding_window")])
+def test_model_spec_fields_are_checked(change, field):
+    with pytest.raises(PlannerError) as info:
+        dataclasses.replace(planner.load_model("8b"), **change)
+    assert info.value.field.endswith(f": {field}")
+
+
+@pytest.mark.parametrize("change, field", [(dict(intra_bw_bytes_per_s=-1.0), "intra_bw_bytes_per_s"),
+                                           (dict(gemm_efficiency=1.5), "gemm_efficiency"),
+                                           (dict(overlap_slowdown_inter=float("nan")), "overlap_slowdown_inter"),
+                                           (dict(peak_flops=float("inf")), "peak_flops"),
+                                           (dict(gpus_per_node=0), "gpus_per_node"),
+                                           (dict(intra_topology="torus"), "intra_topology")])
+def test_hardware_spec_fields_are_checked(change, field):
+    with pytest.raises(PlannerError) as info:
+        dataclasses.replace(planner.load_hardware("h100-sxm"), **change)
+    assert info.value.field.endswith(f": {field}")
+
+
+def test_every_bundled_spec_passes_its_checks():
+    assert all(planner.load_model(f.name) for f in planner.list_models())
+    assert all(planner.load_hardware(h.name) for h in planner.list_hardware())
