@@ -222,7 +222,11 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
     elif fmt is Format.csv:
         _emit(df.to_csv(index=False), output)
     else:
+        from planner.sweep import mixed_price_note
+
         _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
+        if note := mixed_price_note(df):
+            _out().print(note)
 
 
 @app.command("sweep")
@@ -315,7 +319,7 @@ def hardware_cmd():
                 "$/GPU-h"):
         t.add_column(col, justify="left" if col in ("name", "description") else "right")
     for h in list_hardware():
-        price = f"{h.price_usd_per_gpu_hour:.2f}" if h.price_usd_per_gpu_hour else "n/a"
+        price = f"{h.price_usd_per_gpu_hour:.2f} {h.price_provider}" if h.price_usd_per_gpu_hour else "n/a"
         t.add_row(h.name, h.description, f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
                   f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
                   f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)

@@ -72,8 +72,31 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=bu
     df["time_to_train_days"] = seconds / 86400.0
     df["gpu_hours"] = hours
     df["cost_usd"] = budget.cost_usd(hours, price)
+    df["price_provider"] = price_provider(hw, price_usd_per_gpu_hour)
     df["energy_mwh"] = budget.energy_mwh(gpus, seconds, hw.tdp_w, pue)
     return df
+
+
+def price_provider(hw, price_usd_per_gpu_hour=None) -> str | None:
+    """Whose price a cost uses: 'given' (--price-per-gpu-hour), the profile's provider, or None (no price)."""
+    if price_usd_per_gpu_hour is not None:
+        return "given"
+    return hw.price_provider or None
+
+
+def mixed_price_note(df) -> str | None:
+    """A note when a table's costs come from different providers (not like for like), else None."""
+    if "price_provider" not in df or "cost_usd" not in df:
+        return None
+    priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
+    by = {}
+    for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
+        by.setdefault(provider, []).append(str(key))
+    if len(by) < 2:
+        return None
+    listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
+    return (f"Costs use prices from different providers ({listing}), not like for like: the profiles' prices are "
+            f"dated on-demand rates (`plan hardware`).")
 
 
 def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> dict:

@@ -156,6 +156,7 @@ HW_CASES = [
      ["node.intra_node.topology", "'switch' or 'mesh'", "ring"]),
     ("mesh-network", "step_latency_us: 4.0", "topology: mesh\n    step_latency_us: 4.0",
      ["inter_node.topology", "expected switch"]),
+    ("price-without-provider", "price_provider: Lambda", "", ["price_provider go together"]),
 ]
 
 

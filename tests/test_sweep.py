@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -204,3 +205,18 @@ def test_sweep_cli_takes_layout_pins():
     assert twelve["status"] == "no valid layout" and twelve["reason"].startswith("global batch not divisible")
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--zero", "5"])
     assert res.exit_code == 2 and "error: --zero:" in res.output
+
+
+def test_a_comparison_says_when_its_prices_come_from_different_providers():
+    from planner.sweep import mixed_price_note
+
+    df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
+    providers = dict(zip(df.hardware, df.price_provider))
+    assert providers["h100-sxm"] == "Lambda" and providers["h200-sxm"] == "AWS" and pd.isna(providers["mi300x"])
+    assert mixed_price_note(df).startswith("Costs use prices from different providers (AWS: h200-sxm; Lambda: "
+                                           "h100-sxm)")
+    assert mixed_price_note(compare_hardware("8b", 8, "h100-sxm,b200", tokens=1e12)) is None        # both Lambda
+    same = compare_hardware("8b", 8, "h100-sxm,h200-sxm", tokens=1e12, price_usd_per_gpu_hour=2.0)
+    assert set(same.price_provider) == {"given"} and mixed_price_note(same) is None
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h200-sxm", "--tokens", "1T"])
+    assert res.exit_code == 0 and "not like for like" in res.output

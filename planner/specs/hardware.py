@@ -107,6 +107,15 @@ class HardwareFile(_Strict):
     efficiency: _Efficiency
     memory: _Memory
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, lt=1000)
+    # Who charges that price (e.g. Lambda, AWS): prices of different providers are not like for like, and a
+    # comparison that mixes them says so.
+    price_provider: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _priced_by_someone(self) -> "HardwareFile":
+        if (self.price_usd_per_gpu_hour is None) != (self.price_provider is None):
+            raise ValueError("price_usd_per_gpu_hour and price_provider go together: give both or neither")
+        return self
 
 
 # --- the spec (inside: SI units) -----------------------------------------------------------------------------------
@@ -146,6 +155,7 @@ class HardwareSpec:
     mixed_precision: str = "bf16"           # 16-bit format of mixed precision: "fp16" (with loss scaling) on a GPU
                                             # without bf16, i.e. a profile with no bf16 peak (V100)
     intra_topology: str = "switch"          # "mesh": a direct link per peer, so k GPUs use k-1 of n-1 links
+    price_provider: str = ""                # who charges price_usd_per_gpu_hour ("" when there is no price)
 
     def __post_init__(self):
         """The file schema's physical rules, for a spec built or changed in Python (dataclasses.replace): positive
@@ -219,6 +229,7 @@ class HardwareSpec:
             fused_attention=f.gpu.fused_attention,
             mixed_precision="bf16" if f.gpu.peak_tflops_dense.bf16 is not None else "fp16",
             intra_topology=intra.topology,
+            price_provider=f.price_provider or "",
         )
 
 
