@@ -149,11 +149,14 @@ def print_breakdown(ev, out: Console) -> None:
     """The full memory and time breakdown of one layout."""
     r, res = ev.row, ev.result
     hw, m = res.hardware, res.model
+    hbm = hw.hbm_bytes / 2**30
     verdict = "fits" if ev.fits else "does NOT fit"
+    if not ev.fits and r["memory_gib"] <= hbm:      # inside the fragmentation headroom, not beyond the HBM
+        verdict += (f" (it is under the {hbm:.1f} GiB of HBM, inside the {hbm - ev.capacity_gib:.1f} GiB kept free "
+                    f"for fragmentation: tight; --headroom-gib 0 accepts it)")
     out.print(f"[bold]{m.name} on {res.job.gpus} x {hw.name}: {layout_label(r)}[/bold]")
     out.print(f"Memory per GPU (most loaded stage: {r['peak_stage']}): {r['memory_gib']:.1f} GiB of "
               f"{ev.capacity_gib:.1f} GiB usable -> {verdict}; dominated by {ev.dominant_memory}.")
-    hbm = hw.hbm_bytes / 2**30
     mt = Table(header_style="bold", title=f"Memory per GPU against {hbm:.1f} GiB of HBM", title_justify="left")
     for col in ("part", "GiB", "share", f"of HBM ({_BAR} = {hbm / _BAR_WIDTH:.1f} GiB)"):
         mt.add_column(col, justify="right" if col in ("GiB", "share") else "left")

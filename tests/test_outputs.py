@@ -266,3 +266,13 @@ def test_why_first_names_knobs_as_the_table_writes_them():
     assert knob_differences(a, b) == ["SP on vs off", "recompute full vs full(40)"]
     tie = why_first(pd.DataFrame([a, dict(a, tp=8, memory_gib=60.0)]))
     assert tie.startswith("#1 and #2 are equally fast; #1 uses less memory (TP 4 vs 8;")
+
+
+def test_a_layout_inside_the_headroom_is_called_tight():
+    """Llama 3 405B's production layout: 78.7 GiB predicted, over the 74.1 GiB a plan uses, under the 79.7 GiB of
+    HBM that plan validate checks against."""
+    args = ["--model", "405b", "--gpus", "8192", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2",
+            "--sequence-parallel", "--micro-batch", "1", "--vpp", "8", "--recompute", "none"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1 and "does NOT fit (it is under the 79.7 GiB of HBM" in res.output and "tight" in res.output
+    assert runner.invoke(app, args + ["--headroom-gib", "0"]).exit_code == 0
