@@ -56,7 +56,8 @@ def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
     gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's; for a "
+                                          "config.json its max_position_embeddings, at most 4096)."),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="Global batch in tokens; "
                                                       "K/M/G(=B)/T in powers of 1024: 16M = 16*2^20."),
@@ -236,7 +237,7 @@ def sweep_cmd(
     gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
                                                         "64..512:64."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    seq_len: Optional[str] = typer.Option(None, "--seq-len"),
+    seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="K/M/G(=B)/T in powers "
                                                       "of 1024: 16M = 16*2^20."),
@@ -332,8 +333,9 @@ def validate_cmd(
     runs_file: Optional[str] = typer.Argument(
         None, help="YAML of measured runs, in the bundled file's format or the shared dataset's flat one "
                    "(default: the bundled published runs)."),
-    fmt: Format = typer.Option(Format.table, "--format", help="table or json."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv (one row per run)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON or CSV to this file "
+                                                                      "(atomically)."),
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
@@ -341,8 +343,6 @@ def validate_cmd(
     from planner.validate import load_runs_file, predict_all, summarize
 
     fmt = output_format(fmt, output)
-    if fmt is Format.csv:
-        raise PlannerError("--format", "validate supports table or json")
     check_paths(output)
     runs = load_runs_file(runs_file)
     preds = predict_all(list(runs.runs))
@@ -358,6 +358,8 @@ def validate_cmd(
     stats = summarize(preds)
     if fmt is Format.json:
         _emit(report.json_text(report.validation_document(preds, stats, skipped)), output)
+    elif fmt is Format.csv:
+        _emit(report.validation_csv(preds), output)
     else:
         report.print_validation(preds, stats, _out(), skipped)
 

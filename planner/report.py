@@ -239,6 +239,20 @@ def validation_record(p) -> dict:
     return rec
 
 
+def validation_csv(preds) -> str:
+    """One row per predicted run: the JSON record's numbers with the layout as columns (no assumptions text)."""
+    import pandas as pd
+
+    rows = []
+    for p in preds:
+        rec = validation_record(p)
+        rec.pop("assumptions", None)
+        rec["searched_knobs"] = " ".join(rec["searched_knobs"])
+        rec.update(rec.pop("layout", {}))
+        rows.append(rec)
+    return pd.DataFrame(rows).to_csv(index=False)
+
+
 def validation_document(preds, stats, skipped: dict | None = None) -> dict:
     summary = {group: {k: _plain(v) for k, v in values.items()} for group, values in stats.items()}
     return {"runs": [validation_record(p) for p in preds], "summary": summary,

@@ -91,7 +91,6 @@ CLI_CASES = [
     ("batch-tokens-not-whole-sequences", ["--model", "8b", "--gpus", "8", "--global-batch-tokens", "1000"],
      ["--global-batch-tokens", "1000"]),
     ("sort-unknown", M405 + ["--gpus", "512", "--hardware", "h100,b200", "--sort", "speed"], ["--sort", "speed"]),
-    ("validate-csv", ["validate", "--format", "csv"], ["--format", "table or json"]),
     ("unknown-model-far", ["--model", "406b", "--gpus", "512"], ["--model", "406b"]),
     ("unknown-hardware-far", M405 + ["--gpus", "512", "--hardware", "h101"], ["--hardware", "h101"]),
     # one pinned degree that does not divide the GPU count is named by its flag; a product of pins by "layout"

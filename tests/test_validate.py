@@ -108,6 +108,13 @@ def test_validate_cli_table_and_json():
     assert {"overall", "fit runs", "held-out runs"} <= set(doc["summary"])
     first = doc["runs"][0]
     assert {"id", "metric", "measured", "predicted", "throughput_error", "fits", "searched_knobs"} <= set(first)
+    import io
+
+    import pandas as pd
+    table = pd.read_csv(io.StringIO(runner.invoke(app, ["validate", "--format", "csv"]).stdout))
+    assert list(table.id) == [r["id"] for r in doc["runs"]]                 # one row per run, same numbers
+    assert np.allclose(table.throughput_error, [r["throughput_error"] for r in doc["runs"]], rtol=1e-12)
+    assert list(table.tp) == [r["layout"]["tp"] for r in doc["runs"]]
 
 
 def test_validate_users_own_file(tmp_path):
