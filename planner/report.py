@@ -123,7 +123,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
-            f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({job.tokens_per_step / 2**20:.2f}Mi tokens); "
+            f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({_binary_count(job.tokens_per_step)} tokens); "
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
         out.print(layouts_table(result.table.head(top), head))
@@ -305,7 +305,18 @@ def print_validation(preds, stats, out: Console, skipped: dict | None = None) ->
 def _money(x) -> str:
     if x != x:  # NaN: no price
         return "n/a"
-    return f"${x / 1e6:.2f}M" if x >= 1e6 else f"${x / 1e3:.0f}k"
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if x >= scale:
+            return f"${x / scale:.2f}{unit}"
+    return f"${x / 1e3:.0f}k" if x >= 1e3 else f"${x:.0f}"
+
+
+def _binary_count(n: int) -> str:
+    """Tokens in the unit the batch flags use (powers of 1024): 16.00Mi, 24.00Ki, 512."""
+    for scale, unit in ((2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki")):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
 
 
 def summary_table(df, title: str, first: str) -> Table:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from pathlib import Path
+
 import pytest
 from cli_contract import assert_mentions, bad, mentions_value
 
@@ -53,6 +55,8 @@ CLI_CASES = [
     ("tp-above-kv-heads", M405 + ["--gpus", "512", "--tp", "16", "--pp", "4", "--dp", "8", "--allow-cross-node-tp"],
      ["--tp", "TP does not divide the heads (128 query, 8 KV)"]),
     ("model-empty", ["--model", "", "--gpus", "8"], ["--model", "empty", "preset name"]),
+    ("model-dir-without-config", ["--model", str(Path(__file__).parent / "specs"), "--gpus", "8"],
+     ["--model", "holds no config.json", "a directory holding one"]),
     ("output-under-a-file", ["--model", "8b", "--gpus", "8", "--format", "json", "--output", f"{__file__}/x.json"],
      ["--output", "test_bad_flags.py is a file, not a directory"]),
     # a flag the chosen mode would ignore is an error, not a silent no-op

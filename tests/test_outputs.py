@@ -276,3 +276,10 @@ def test_a_layout_inside_the_headroom_is_called_tight():
     res = runner.invoke(app, args)
     assert res.exit_code == 1 and "does NOT fit (it is under the 79.7 GiB of HBM" in res.output and "tight" in res.output
     assert runner.invoke(app, args + ["--headroom-gib", "0"]).exit_code == 0
+
+
+def test_token_and_money_units_scale():
+    from planner.report import _binary_count, _money
+
+    assert [_binary_count(n) for n in (512, 24_576, 16 * 2**20, 3 * 2**30)] == ["512", "24.00Ki", "16.00Mi", "3.00Gi"]
+    assert [_money(x) for x in (950, 12_000, 2.5e6, 1.1175e12, 3e15)] == ["$950", "$12k", "$2.50M", "$1.12T", "$3000.00T"]

@@ -281,6 +281,9 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text or is_dir:
         if is_dir and (path / "config.json").is_file():
             path = path / "config.json"
+        elif is_dir:
+            raise PlannerError("--model", f"directory {text!r} holds no config.json; expected a model YAML, a "
+                                          "HuggingFace config.json or a directory holding one")
         where = f"model file {path.name}"
         data = read_mapping(path, "--model")
         if path.suffix == ".json":
