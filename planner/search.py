@@ -6,6 +6,7 @@ One numpy column per knob; every candidate is evaluated by the same vectorised c
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from itertools import product
@@ -231,6 +232,10 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     """Search all layouts of `model` on `gpus` GPUs of `hardware`; see SearchResult."""
     import pandas as pd
 
+    for name, value, kind in (("runtime", runtime, Runtime), ("precision", precision, Precision),
+                              ("pins", pins, Pins)):
+        if not isinstance(value, kind):
+            raise PlannerError(name, f"got {value!r}, expected planner.{kind.__name__}(...)")
     m, hw = load_model(model), load_hardware(hardware)
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
@@ -395,9 +400,18 @@ def min_gpus_text(result: SearchResult) -> str:
     return f"none up to {top:,} GPUs, the most the search tries"
 
 
-def pop_pins(kwargs: dict) -> Pins:
+def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("model", "gpus")) -> Pins:
     """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments, with a `pins=Pins(...)` given
-    there too (a knob given both ways is an error)."""
+    there too (a knob given both ways is an error). What is left must be options of `run_search` that `caller`
+    does not set itself (`taken`): a misspelt keyword is a TypeError naming `caller`, not run_search."""
+    options = set(inspect.signature(run_search).parameters) - set(taken) - {"pins"}
+    unknown = sorted(set(kwargs) - options - set(LAYOUT_KNOBS) - {"pins"})
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; expected layout knobs "
+                        f"({', '.join(LAYOUT_KNOBS)}), pins, or {', '.join(sorted(options))}")
+    for name, kind in (("runtime", Runtime), ("precision", Precision)):
+        if name in kwargs and not isinstance(kwargs[name], kind):
+            raise PlannerError(name, f"got {kwargs[name]!r}, expected planner.{kind.__name__}(...)")
     base = kwargs.pop("pins", None)
     base = Pins() if base is None else base
     if not isinstance(base, Pins):

@@ -155,7 +155,7 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     from planner.specs.model import load_model
 
     check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
-    pins = pop_pins(search_kwargs)
+    pins = pop_pins(search_kwargs, "sweep", ("model", "gpus", "hardware", "find_min_gpus"))
     if is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
         gpus = [gpus]                                  # one count (checked below like any other)
     counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
@@ -184,8 +184,12 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
 
     check_sort(sort)
     check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
+    if not isinstance(hardware_names, (str, list, tuple)):
+        raise PlannerError("--hardware", f"got {hardware_names!r}, expected profile names (a list, or one string "
+                                         "separated by commas)")
     names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
-    pins, m = pop_pins(search_kwargs), load_model(model)
+    pins = pop_pins(search_kwargs, "compare_hardware", ("model", "gpus", "hardware", "find_min_gpus"))
+    m = load_model(model)
     runtime = search_kwargs.get("runtime") or Runtime()
     profiles, given = [], {}
     for name in names:                            # every profile checked before any search

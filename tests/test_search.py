@@ -205,3 +205,22 @@ def test_results_pickle_compare_and_say_when_nothing_fits():
     with pytest.raises(PlannerError) as info:                 # a wrongly typed pin beside the other degrees
         evaluate("405b", 512, tp="8", pp=16, dp=4)
     assert info.value.field == "--tp"
+
+
+def test_library_calls_name_themselves_and_their_arguments():
+    import planner
+
+    for call, name in ((lambda: evaluate("8b", 64, tensor_parallel=8), "evaluate"),
+                       (lambda: search("8b", 8, hardwre="b200"), "search"),
+                       (lambda: planner.sweep("8b", "8,16", tensor_parallel=8), "sweep"),
+                       (lambda: planner.compare_hardware("8b", 8, "h100-sxm,b200", find_min_gpus=True),
+                        "compare_hardware")):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument"):
+            call()
+    for call, field in ((lambda: evaluate("8b", 8, runtime={}), "runtime"),
+                        (lambda: planner.sweep("8b", "8,16", precision={"grad_bytes": 2}), "precision"),
+                        (lambda: planner.compare_hardware("8b", 64, None), "--hardware"),
+                        (lambda: evaluate("8b", 8, recompute=2.0), "--recompute")):
+        with pytest.raises(PlannerError) as info:
+            call()
+        assert info.value.field == field

@@ -40,7 +40,7 @@ def recompute_code(value: str | int) -> int:
     """0 none, 1 selective, 2 full, 3 op; the name (any case) or the code itself."""
     if isinstance(value, str) and value.lower() in RECOMPUTE:
         return RECOMPUTE.index(value.lower())
-    if not isinstance(value, (bool, str)) and value in range(len(RECOMPUTE)):
+    if is_int(value) and value in range(len(RECOMPUTE)):       # a whole number, as every other knob (2.0 is not)
         return int(value)
     raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
 
