@@ -62,7 +62,8 @@ def plot_search(result, path, top: int = 10) -> Path:
     ax1.invert_yaxis()
     ax1.set_xlabel("step time (s)")
     ax1.set_title("Step time by part, best first")
-    ax1.legend(loc="lower right", fontsize=8)
+    # below the axes: bars of similar length fill the plot, so a legend inside would cover some of them
+    ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(TIME_PARTS), fontsize=8, frameon=False)
     ax1.tick_params(axis="y", labelsize=7)
 
     cap = result.capacity_bytes / 2**30
@@ -87,7 +88,7 @@ def plot_search(result, path, top: int = 10) -> Path:
     ax2.set_ylabel("step time (s)")
     ax2.set_yscale("log")
     ax2.set_title(f"{result.model.name} on {result.job.gpus} x {result.hardware.name}")
-    ax2.legend(fontsize=8)
+    ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=5, fontsize=8, frameon=False)
     _save(fig, p, plt)
     return p
 
