@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,7 @@ from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
+from planner.specs.hardware import GIB
 from planner.specs.model import ModelFile
 from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
                                     check_knobs)
@@ -36,7 +38,10 @@ THROUGHPUT_KEYS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict types, as model and hardware files: `micro_batch: true`, `tp: "8"` or `flash_attention: "on"` is an
+    error naming the field, never 1, 8 or True. (An integer is a valid float.)"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_layout(run_layout: BaseModel) -> BaseModel:
@@ -76,7 +81,7 @@ class RunPrecision(_Strict):
 
 
 class Measured(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     iteration_time_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0)
@@ -150,6 +155,21 @@ class RunsFile(_Strict):
     skipped: dict[str, str] = {}
     shared_format: bool = False
 
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "RunsFile":
+        seen = set()
+        for run in self.runs:
+            if run.id in seen:
+                raise ValueError(f"run id {run.id!r} is given twice; expected each run once")
+            seen.add(run.id)
+        return self
+
+
+@lru_cache(maxsize=1)
+def _bundled_fit_ids() -> frozenset[str]:
+    """Ids of the bundled runs in the fit groups (scripts/calibrate.py fits on exactly these)."""
+    return frozenset(r.id for r in load_runs_file().runs if r.group.startswith(FIT_GROUPS))
+
 
 def load_runs_file(path: str | Path | None = None) -> RunsFile:
     """The planner's own runs format, or the shared dataset's flat format (converted by planner.shared_runs)."""
@@ -177,11 +197,16 @@ def check_measured(run: "ValidationRun", prefix: str) -> None:
     from planner.specs.hardware import load_hardware
 
     m = run.measured
-    if m.tflops_per_gpu is None and m.mfu is None:
+    if m.tflops_per_gpu is None and m.mfu is None and m.memory_gib is None:
         return
     try:
         hw = load_hardware(run.hardware)
     except PlannerError:
+        return
+    if m.memory_gib is not None and m.memory_gib * GIB > hw.hbm_bytes * (1 + 1e-9):
+        raise PlannerError(f"{prefix}measured.memory_gib", f"run {run.id}: {m.memory_gib:,.6g} GiB per GPU is more "
+                                                           f"than {hw.name}'s {hw.hbm_bytes / GIB:,.4g} GiB of HBM")
+    if m.tflops_per_gpu is None and m.mfu is None:
         return
     dtype, peak = max(hw.peak_flops_by_dtype, key=lambda kv: kv[1])
     if m.tflops_per_gpu is not None:
@@ -278,7 +303,8 @@ class Prediction:
 
     @property
     def used_for_fit(self) -> bool:
-        return self.run.group.startswith(FIT_GROUPS)
+        """A bundled run the profiles were fitted on (a user's copy under another id is held out)."""
+        return self.run.group.startswith(FIT_GROUPS) and self.run.id in _bundled_fit_ids()
 
 
 def _convention_flops(run: ValidationRun, spec) -> float:

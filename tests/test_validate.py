@@ -129,7 +129,9 @@ def test_validate_users_own_file(tmp_path):
     doc = json.loads(res.stdout, parse_constant=_no_json_constants)     # strict JSON: no NaN / Infinity
     assert [r["id"] for r in doc["runs"]] == ["my_cluster_175b"]
     assert abs(doc["runs"][0]["throughput_error"]) < 0.1
-    assert doc["summary"]["held-out runs"] == {"runs": 0, "mean": None, "median": None, "max": None}
+    # a copy of a fit run under the user's own id was not fitted on: it is held out
+    assert doc["summary"]["fit runs"] == {"runs": 0, "mean": None, "median": None, "max": None}
+    assert doc["summary"]["held-out runs"]["runs"] == 1 and doc["runs"][0]["used_for_fit"] is False
     table = runner.invoke(app, ["validate", str(path)], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "nan" not in table.stdout.lower()
 
@@ -210,6 +212,8 @@ def _one_run_file(tmp_path, **change):
     pytest.param({"measured": {"mfu": 0.9}, "peak_tflops": 1000}, ["runs.0.measured.mfu", "900", "312"],
                  id="mfu-times-stated-peak-above-hardware-peak"),
     pytest.param({"measured": {"mfu": 1.5}, "peak_tflops": 312}, ["runs.0.measured.mfu", "1.5"], id="mfu-above-one"),
+    pytest.param({"measured": {"tflops_per_gpu": 137, "memory_gib": 500}},
+                 ["runs.0.measured.memory_gib", "500 GiB", "80 GiB of HBM"], id="memory-above-hbm"),
 ])
 def test_validate_rejects_a_measured_rate_above_the_peak(tmp_path, capsys, change, needles):
     line = bad_line(capsys, "validate", _one_run_file(tmp_path, **change))
@@ -247,6 +251,17 @@ def _run_file_with(tmp_path, **changes):
     pytest.param({"model.seq_len": 20_000_000}, ["runs.0.model.seq_len", "16777216", "run my_run"],
                  id="seq-len-past-the-job-limit"),
     pytest.param({"model.global_batch": 10**11}, ["runs.0.model.global_batch", "4294967296"], id="batch-too-big"),
+    # strict types, as model and hardware files: no coercion of booleans, strings or floats
+    pytest.param({"layout.micro_batch": True}, ["runs.0.layout.micro_batch", "integer", "True"], id="bool-mb"),
+    pytest.param({"gpus": True}, ["runs.0.gpus", "integer", "True"], id="bool-gpus"),
+    pytest.param({"layout.tp": "8"}, ["runs.0.layout.tp", "integer", "'8'"], id="quoted-tp"),
+    pytest.param({"layout.tp": 8.0}, ["runs.0.layout.tp", "integer", "8.0"], id="float-tp"),
+    pytest.param({"layout.sequence_parallel": "no"}, ["runs.0.layout.sequence_parallel", "boolean", "'no'"],
+                 id="word-sp"),
+    pytest.param({"runtime.flash_attention": "on"}, ["runs.0.runtime.flash_attention", "boolean", "'on'"],
+                 id="word-flash"),
+    pytest.param({"measured": {"iteration_time_s": "1.3"}}, ["runs.0.measured.iteration_time_s", "number", "'1.3'"],
+                 id="quoted-time"),
 ])
 def test_run_file_errors_name_the_run_files_field_not_a_flag(tmp_path, capsys, changes, needles):
     line = bad_line(capsys, "validate", _run_file_with(tmp_path, **changes))
@@ -282,3 +297,11 @@ def test_readme_accuracy_table_is_what_validate_prints(preds):
     }
     for name, ps in expected.items():
         assert table[name] == row(ps), name
+
+
+def test_a_run_id_given_twice_is_an_error(tmp_path, capsys):
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "korthikanti2022_175b_full_recompute")
+    path = tmp_path / "twice.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run, run]}))
+    assert_mentions(bad_line(capsys, "validate", path), "korthikanti2022_175b_full_recompute", "twice")
