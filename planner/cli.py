@@ -57,7 +57,8 @@ def plan(
     gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's; for a "
-                                          "config.json its max_position_embeddings, at most 4096)."),
+                                          "config.json max_position_embeddings, at most 4096, or GPT-2's "
+                                          "n_positions)."),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="Global batch in tokens; "
                                                       "K/M/G(=B)/T in powers of 1024: 16M = 16*2^20."),
@@ -223,10 +224,8 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
     elif fmt is Format.csv:
         _emit(df.to_csv(index=False), output)
     else:
-        from planner.sweep import mixed_price_note
-
         _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
-        if note := mixed_price_note(df):
+        if note := report.mixed_price_note(df):
             _out().print(note)
 
 

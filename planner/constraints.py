@@ -95,7 +95,7 @@ def first_failure(rule_list, n: int):
 def sole_failure(rule_list, n: int):
     """Index of the only rule each row breaks, -1 where it breaks none or several: the rows that relaxing that one
     rule would make valid (what binds when nothing is valid, which the first-failure counts do not show)."""
-    broken = np.stack([~np.broadcast_to(ok, (n,)) for _, ok in rule_list])
+    broken = np.stack([~np.broadcast_to(np.asarray(ok, dtype=bool), (n,)) for _, ok in rule_list])
     return np.where(broken.sum(axis=0) == 1, broken.argmax(axis=0), -1)
 
 
@@ -107,16 +107,17 @@ def _rule_flags(reason: str) -> tuple:
 
 def ranked_rejections(result) -> list[str]:
     """The validity rules that rejected candidates (not memory), most telling first: a rule about a flag the user
-    pinned (it is what they can change), then the most frequent."""
+    pinned (it is what they can change); with nothing pinned, the rules that alone block some layout (most such
+    layouts first, `sole_blockers`); then the most frequent."""
     pinned = {"--" + k.replace("_", "-") for k, v in result.pins.__dict__.items() if v is not None}
     reasons = {k: v for k, v in result.rejected.items() if k != FIT_REASON}
-    return sorted(reasons, key=lambda r: (not set(_rule_flags(r)) & pinned, -reasons[r]))
+    sole = {} if pinned else result.sole_blockers
+    return sorted(reasons, key=lambda r: (not set(_rule_flags(r)) & pinned, -sole.get(r, 0), -reasons[r]))
 
 
 def invalid_layout_error(result) -> PlannerError:
-    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them.
-
-    When flags were pinned, a rule about a pinned flag is named first (it is what the user can change)."""
+    """No candidate passed the validity rules: one line naming the flag and the rules that rejected them, in the
+    order of ranked_rejections, with how many layouts each rule alone blocks and a global batch that would work."""
     pinned = {k: v for k, v in result.pins.__dict__.items() if v is not None}
     reasons = result.rejected
     n = result.job.gpus
@@ -125,9 +126,6 @@ def invalid_layout_error(result) -> PlannerError:
         return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
     pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
     sole = result.sole_blockers
-    if sole and not pinned:          # the rule that alone stands in the way, before the most frequent ones
-        binding = max(sole, key=sole.get)
-        ranked = [binding] + [r for r in ranked if r != binding]
     reason = ranked[0]
     flags_of = {r: _rule_flags(r) for r in ranked}
     detail = "; ".join(f"{r} ({reasons[r]:,} layout{'s' * (reasons[r] != 1)}"

@@ -27,7 +27,7 @@ _CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "gl
 _LAYOUT_KEYS = _CONTRACT_KEYS[:_CONTRACT_KEYS.index("fits")]     # the layout part of a record
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
-BUDGET_KEYS = ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh")
+BUDGET_KEYS = ("time_to_train_days", "gpu_hours", "cost_usd", "price_provider", "energy_mwh")
 
 
 def _plain(value):
@@ -305,18 +305,38 @@ def print_validation(preds, stats, out: Console, skipped: dict | None = None) ->
 def _money(x) -> str:
     if x != x:  # NaN: no price
         return "n/a"
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if x >= scale:
-            return f"${x / scale:.2f}{unit}"
-    return f"${x / 1e3:.0f}k" if x >= 1e3 else f"${x:.0f}"
+    units = ((1.0, "", 0), (1e3, "k", 0), (1e6, "M", 2), (1e9, "B", 2), (1e12, "T", 2))
+    i = max(j for j, (scale, _, _) in enumerate(units) if x >= scale or j == 0)
+    if i + 1 < len(units) and round(x / units[i][0], units[i][2]) >= 1000:
+        i += 1                                     # $999,996 is $1.00M, not $1000k
+    scale, unit, digits = units[i]
+    return f"${x / scale:.{digits}f}{unit}"
 
 
 def _binary_count(n: int) -> str:
     """Tokens in the unit the batch flags use (powers of 1024): 16.00Mi, 24.00Ki, 512."""
-    for scale, unit in ((2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki")):
-        if n >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return str(n)
+    units = ((1, ""), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi"))
+    i = max(j for j, (scale, _) in enumerate(units) if n >= scale or j == 0)
+    if i == 0:
+        return str(n)
+    if i + 1 < len(units) and round(n / units[i][0], 2) >= 1024:
+        i += 1                                     # 1,048,575 tokens are 1.00Mi, not 1024.00Ki
+    return f"{n / units[i][0]:.2f}{units[i][1]}"
+
+
+def mixed_price_note(df) -> str | None:
+    """A note when a table's costs come from different providers (not like for like), else None."""
+    if "price_provider" not in df or "cost_usd" not in df:
+        return None
+    priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
+    by: dict[str, list[str]] = {}
+    for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
+        by.setdefault(provider, []).append(str(key))
+    if len(by) < 2:
+        return None
+    listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
+    return (f"Costs use prices from different providers ({listing}), not like for like: the profiles' prices are "
+            f"dated on-demand rates (`plan hardware`).")
 
 
 def summary_table(df, title: str, first: str) -> Table:

@@ -232,10 +232,9 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     """Search all layouts of `model` on `gpus` GPUs of `hardware`; see SearchResult."""
     import pandas as pd
 
-    for name, value, kind in (("runtime", runtime, Runtime), ("precision", precision, Precision),
-                              ("pins", pins, Pins)):
-        if not isinstance(value, kind):
-            raise PlannerError(name, f"got {value!r}, expected planner.{kind.__name__}(...)")
+    check_options(runtime=runtime, precision=precision, pins=pins)
+    if not isinstance(allow_cross_node_tp, (bool, np.bool_)):
+        raise PlannerError("allow_cross_node_tp", f"got {allow_cross_node_tp!r}, expected True or False")
     m, hw = load_model(model), load_hardware(hardware)
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
@@ -325,17 +324,15 @@ def _sole_blockers(m, hw, job, cols, allow_cross_node_tp, flash_attention):
 
 
 def _round_batch(batch: int, units: set[int]) -> int | None:
-    """The global batch nearest `batch` that one of `units` (DP x micro-batch) divides, among round ones: the
-    factor a unit lacks (u / gcd(u, batch), e.g. 3) times a power of two (6144 GPUs, batch 2048: 1536, not 2049)."""
+    """The global batch nearest `batch` that one of `units` (DP x micro-batch) divides, among round ones: a unit
+    times a power of two (6144 GPUs, batch 2048: 1536 = 3 x 512, not 2049)."""
     best = None
     for u in units:
-        extra = u // math.gcd(u, batch)
-        for k in range(64):
-            cand = extra << k
-            if cand % u == 0 and cand >= 1:
-                if best is None or (abs(cand - batch), -cand) < (abs(best - batch), -best):
-                    best = cand
-            if cand > 2 * batch:
+        for k in range(64):                      # u, 2u, 4u, ... up to the first one past the batch
+            cand = u << k
+            if best is None or (abs(cand - batch), -cand) < (abs(best - batch), -best):
+                best = cand
+            if cand >= batch:
                 break
     return best
 
@@ -400,6 +397,15 @@ def min_gpus_text(result: SearchResult) -> str:
     return f"none up to {top:,} GPUs, the most the search tries"
 
 
+def check_options(**given) -> None:
+    """runtime=, precision= and pins= must be planner.Runtime / Precision / Pins objects (a dict is an error
+    naming the argument, not an AttributeError deep inside)."""
+    kinds = {"runtime": Runtime, "precision": Precision, "pins": Pins}
+    for name, value in given.items():
+        if not isinstance(value, kinds[name]):
+            raise PlannerError(name, f"got {value!r}, expected planner.{kinds[name].__name__}(...)")
+
+
 def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("model", "gpus")) -> Pins:
     """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments, with a `pins=Pins(...)` given
     there too (a knob given both ways is an error). What is left must be options of `run_search` that `caller`
@@ -409,9 +415,7 @@ def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("mo
     if unknown:
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; expected layout knobs "
                         f"({', '.join(LAYOUT_KNOBS)}), pins, or {', '.join(sorted(options))}")
-    for name, kind in (("runtime", Runtime), ("precision", Precision)):
-        if name in kwargs and not isinstance(kwargs[name], kind):
-            raise PlannerError(name, f"got {kwargs[name]!r}, expected planner.{kind.__name__}(...)")
+    check_options(**{k: kwargs[k] for k in ("runtime", "precision") if k in kwargs})
     base = kwargs.pop("pins", None)
     base = Pins() if base is None else base
     if not isinstance(base, Pins):

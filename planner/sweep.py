@@ -66,37 +66,25 @@ def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) ->
 def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE):
     """Days, GPU-hours, cost and energy to train `tokens` at each row's throughput (in place; returns df)."""
     check_budget(tokens, price_usd_per_gpu_hour, pue)
-    price = hw.price_usd_per_gpu_hour if price_usd_per_gpu_hour is None else price_usd_per_gpu_hour
+    price, provider = price_and_provider(hw, price_usd_per_gpu_hour)
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
     hours = budget.gpu_hours(gpus, seconds)
     df["time_to_train_days"] = seconds / 86400.0
     df["gpu_hours"] = hours
     df["cost_usd"] = budget.cost_usd(hours, price)
-    df["price_provider"] = price_provider(hw, price_usd_per_gpu_hour)
+    df["price_provider"] = provider
     df["energy_mwh"] = budget.energy_mwh(gpus, seconds, hw.tdp_w, pue)
     return df
 
 
-def price_provider(hw, price_usd_per_gpu_hour=None) -> str | None:
-    """Whose price a cost uses: 'given' (--price-per-gpu-hour), the profile's provider, or None (no price)."""
+def price_and_provider(hw, price_usd_per_gpu_hour=None) -> tuple[float | None, str | None]:
+    """The price a cost uses and whose it is: the caller's ('given'), else the profile's and its provider, else
+    (None, None)."""
     if price_usd_per_gpu_hour is not None:
-        return "given"
-    return hw.price_provider or None
-
-
-def mixed_price_note(df) -> str | None:
-    """A note when a table's costs come from different providers (not like for like), else None."""
-    if "price_provider" not in df or "cost_usd" not in df:
-        return None
-    priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
-    by = {}
-    for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
-        by.setdefault(provider, []).append(str(key))
-    if len(by) < 2:
-        return None
-    listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
-    return (f"Costs use prices from different providers ({listing}), not like for like: the profiles' prices are "
-            f"dated on-demand rates (`plan hardware`).")
+        return price_usd_per_gpu_hour, "given"
+    if hw.price_usd_per_gpu_hour is None:
+        return None, None
+    return hw.price_usd_per_gpu_hour, hw.price_provider
 
 
 def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> dict:
@@ -127,6 +115,8 @@ def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError
                 "tokens_per_s": np.nan}, None
     ranked = ranked_rejections(r)
     why = f"{ranked[0]} ({r.rejected[ranked[0]]:,} of {r.considered:,} layouts)" if ranked else "no layout to try"
+    if ranked and r.batch_suggestion:
+        why += f"; --global-batch {r.batch_suggestion} would do"
     return ({"gpus": gpus, "status": "no valid layout", "reason": why, "fits": False, "tokens_per_s": np.nan},
             invalid_layout_error(r))
 

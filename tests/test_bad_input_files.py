@@ -156,7 +156,8 @@ HW_CASES = [
      ["node.intra_node.topology", "'switch' or 'mesh'", "ring"]),
     ("mesh-network", "step_latency_us: 4.0", "topology: mesh\n    step_latency_us: 4.0",
      ["inter_node.topology", "expected switch"]),
-    ("price-without-provider", "price_provider: Lambda", "", ["price_provider go together"]),
+    ("provider-without-price", "price_usd_per_gpu_hour: 3.99", "", ["price_provider names who charges",
+                                                                     "not given"]),
 ]
 
 

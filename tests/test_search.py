@@ -191,6 +191,14 @@ def test_no_valid_layout_names_the_binding_rules_and_a_batch_that_works():
     assert "try --global-batch 1536" in msg
     assert evaluate("70b", 96, global_batch=1536).row["dp"] % 3 == 0
     assert _round_batch(2048, {3, 24}) == 1536 and _round_batch(2048, {2048}) == 2048
+    # a unit sharing an odd factor with the batch, or larger than twice the batch, still gets its multiple
+    assert (_round_batch(1536, {72}), _round_batch(6, {9}), _round_batch(2048, {20480})) == (1152, 9, 20480)
+    row = evaluate("70b", 576, global_batch=1152).row                 # the suggestion for 576 GPUs plans
+    assert 1152 % (row["dp"] * row["micro_batch"]) == 0
+    from planner.constraints import sole_failure
+    assert list(sole_failure([("a", np.array([1, 1, 0])), ("b", np.array([True, False, False]))], 3)) == [-1, 1, -1]
+    with pytest.raises(PlannerError, match="allow_cross_node_tp"):
+        run_search("70b", 96, allow_cross_node_tp=1)
 
 
 def test_results_pickle_compare_and_say_when_nothing_fits():

@@ -208,7 +208,7 @@ def test_sweep_cli_takes_layout_pins():
 
 
 def test_a_comparison_says_when_its_prices_come_from_different_providers():
-    from planner.sweep import mixed_price_note
+    from planner.report import mixed_price_note
 
     df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
     providers = dict(zip(df.hardware, df.price_provider))

@@ -43,10 +43,13 @@ def knob_columns(cols: dict) -> dict:
     c["recompute"] = recompute_codes(c["recompute"])
     for k, col in c.items():
         whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
-        if not whole or np.any(col < 0) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):
+        least = 0 if k in ("sp", "zero", "recompute", "rc_layers") else 1      # degrees and sizes are at least 1
+        if not whole or np.any(col < least) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):
             expected = ("booleans" if k == "sp" else "ZeRO stages 0-3" if k == "zero"
-                        else "non-negative integers")
+                        else f"integers >= {least}")
             raise PlannerError(k, f"got {cols.get(k)!r}, expected {expected}")
+        # int64 (sp: bool) from here on: products of int16/uint8 columns would wrap around
+        c[k] = col.astype(bool) if k == "sp" else col.astype(np.int64, copy=False)
     return c
 
 

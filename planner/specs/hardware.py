@@ -108,13 +108,13 @@ class HardwareFile(_Strict):
     memory: _Memory
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, lt=1000)
     # Who charges that price (e.g. Lambda, AWS): prices of different providers are not like for like, and a
-    # comparison that mixes them says so.
+    # comparison that mixes them says so. Optional ("unspecified" when a price has none).
     price_provider: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
-    def _priced_by_someone(self) -> "HardwareFile":
-        if (self.price_usd_per_gpu_hour is None) != (self.price_provider is None):
-            raise ValueError("price_usd_per_gpu_hour and price_provider go together: give both or neither")
+    def _provider_of_a_price(self) -> "HardwareFile":
+        if self.price_provider is not None and self.price_usd_per_gpu_hour is None:
+            raise ValueError("price_provider names who charges price_usd_per_gpu_hour, which is not given")
         return self
 
 
@@ -182,6 +182,14 @@ class HardwareSpec:
             bad("gpus_per_node", "a positive integer")
         if self.intra_topology not in ("switch", "mesh"):
             bad("intra_topology", "switch or mesh")
+        price = self.price_usd_per_gpu_hour
+        if price is not None and not (is_real(price) and 0 < price < math.inf):
+            bad("price_usd_per_gpu_hour", "None or a positive finite number")
+        if not is_int(self.gpus_per_host) or self.gpus_per_host < 0 or (
+                self.gpus_per_host and self.gpus_per_node % self.gpus_per_host):
+            bad("gpus_per_host", f"0 (a whole node) or a divisor of gpus_per_node ({self.gpus_per_node})")
+        if self.mixed_precision not in ("bf16", "fp16"):
+            bad("mixed_precision", "bf16 or fp16")
 
     @property
     def alloc_gpus(self) -> int:
@@ -229,7 +237,7 @@ class HardwareSpec:
             fused_attention=f.gpu.fused_attention,
             mixed_precision="bf16" if f.gpu.peak_tflops_dense.bf16 is not None else "fp16",
             intra_topology=intra.topology,
-            price_provider=f.price_provider or "",
+            price_provider=f.price_provider or ("unspecified" if f.price_usd_per_gpu_hour is not None else ""),
         )
 
 

@@ -243,7 +243,8 @@ def test_recompute_names_price_the_same_as_codes(case):
 
 @pytest.mark.parametrize("knob, value", [("sp", np.array(["False"])), ("zero", np.array(["3"])),
                                          ("tp", np.array([2.5])), ("zero", np.array([4])), ("sp", np.array([2])),
-                                         ("recompute", np.array(["everything"])), ("pp", np.array([-1]))])
+                                         ("recompute", np.array(["everything"])), ("pp", np.array([-1])),
+                                         ("tp", np.array([0])), ("micro_batch", np.array([0]))])
 def test_a_knob_column_of_the_wrong_kind_is_an_error_naming_it(knob, value):
     from planner.errors import PlannerError
 
@@ -252,3 +253,20 @@ def test_a_knob_column_of_the_wrong_kind_is_an_error_naming_it(knob, value):
     with pytest.raises(PlannerError) as err:
         step_columns(m, hw, CASES[0][2], {**cols, knob: value})
     assert err.value.field == knob
+
+
+def test_narrow_integer_columns_price_as_int64():
+    """int16 or uint8 knob columns (a notebook's own arrays) gave wrapped products: TP 8 x PP 32 x DP 128 in int16
+    made MFU negative."""
+    m, hw = load_model("llama-3.1-405b"), load_hardware("h100-sxm")
+    job = Job(gpus=32768, seq_len=8192, global_batch=2048)
+    cols = dict(tp=[8], cp=[1], pp=[32], dp=[128], micro_batch=[1], vpp=[1], sp=[True], recompute=[1], zero=[1],
+                rc_layers=[0])
+    wide = step_columns(m, hw, job, {k: np.array(v) for k, v in cols.items()})
+    for dtype in (np.int16, np.uint8, np.int32):
+        narrow = {k: np.array(v, dtype=bool if k == "sp" else dtype) for k, v in cols.items() if
+                  k == "sp" or max(v) <= np.iinfo(dtype).max}
+        if len(narrow) < len(cols):
+            narrow = {**{k: np.array(v) for k, v in cols.items()}, **narrow}
+        got = step_columns(m, hw, job, narrow)
+        assert np.array_equal(got["mfu"], wide["mfu"]) and wide["mfu"][0] > 0, dtype

@@ -24,7 +24,10 @@ def test_model_spec_fields_are_checked(change, field):
                                            (dict(overlap_slowdown_inter=float("nan")), "overlap_slowdown_inter"),
                                            (dict(peak_flops=float("inf")), "peak_flops"),
                                            (dict(gpus_per_node=0), "gpus_per_node"),
-                                           (dict(intra_topology="torus"), "intra_topology")])
+                                           (dict(intra_topology="torus"), "intra_topology"),
+                                           (dict(price_usd_per_gpu_hour=-1.0), "price_usd_per_gpu_hour"),
+                                           (dict(gpus_per_host=3), "gpus_per_host"),
+                                           (dict(mixed_precision="fp8"), "mixed_precision")])
 def test_hardware_spec_fields_are_checked(change, field):
     with pytest.raises(PlannerError) as info:
         dataclasses.replace(planner.load_hardware("h100-sxm"), **change)
@@ -32,5 +35,7 @@ def test_hardware_spec_fields_are_checked(change, field):
 
 
 def test_every_bundled_spec_passes_its_checks():
-    assert all(planner.load_model(f.name) for f in planner.list_models())
-    assert all(planner.load_hardware(h.name) for h in planner.list_hardware())
+    for f in planner.list_models():                  # raises PlannerError if a preset breaks a check
+        assert planner.load_model(f.name).name == f.name
+    for h in planner.list_hardware():
+        assert planner.load_hardware(h.name).name == h.name
