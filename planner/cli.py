@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError
-from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_paths, float_flag, int_flag, output_format,
-                           parse_count, reject_unused, runtime_flags, usage_error_line)
+from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
+                           output_format, parse_count, reject_unused, runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -134,6 +134,8 @@ def plan(
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
         raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")
     fmt = output_format(fmt, output) if export is None else fmt
+    if export is not None:
+        check_export_path(export, output)
     check_paths(output, plot)                             # fail on a bad file name before the work
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
@@ -188,7 +190,8 @@ def plan(
                 add_budget_columns(frame, budget["tokens"], frame["tp"] * frame["cp"] * frame["pp"] * frame["dp"],
                                    result.hardware, budget["price_usd_per_gpu_hour"], budget["pue"])
     if fmt is Format.table:
-        report.print_search(result, top, out, _err())
+        # with --export, stdout is the launch file: a search that found nothing to export reports on stderr
+        report.print_search(result, top, _err() if export is not None else out, _err())
     elif fmt is Format.json:
         _emit(report.to_json(result, top), output)
     else:

@@ -101,6 +101,39 @@ def sole_failure(rule_list, n: int):
 
 # --- which rule to blame when nothing is valid ------------------------------------------------------------------
 
+def sole_blockers(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, allow_cross_node_tp: bool,
+                  flash_attention: bool, chunk_rows: int):
+    """({rule: layouts that break only it}, nearest global batch that a layout blocked only by the batch rule
+    divides), for the error when nothing is valid."""
+    counts: dict[str, int] = {}
+    units: set[int] = set()
+    for start in range(0, len(cols["tp"]), chunk_rows):
+        chunk = {k: v[start:start + chunk_rows] for k, v in cols.items()}
+        rule_list = rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention)
+        only = sole_failure(rule_list, len(chunk["tp"]))
+        for i, (reason, _) in enumerate(rule_list):
+            rows = only == i
+            if rows.any():
+                counts[reason] = counts.get(reason, 0) + int(np.count_nonzero(rows))
+                if reason.startswith("global batch"):
+                    units.update(int(u) for u in np.unique(chunk["dp"][rows] * chunk["micro_batch"][rows]))
+    return counts, round_batch(job.global_batch, units)
+
+
+def round_batch(batch: int, units: set[int]) -> int | None:
+    """The global batch nearest `batch` that one of `units` (DP x micro-batch) divides, among round ones: a unit
+    times a power of two (6144 GPUs, batch 2048: 1536 = 3 x 512, not 2049)."""
+    best = None
+    for u in units:
+        for k in range(64):                      # u, 2u, 4u, ... up to the first one past the batch
+            cand = u << k
+            if best is None or (abs(cand - batch), -cand) < (abs(best - batch), -best):
+                best = cand
+            if cand >= batch:
+                break
+    return best
+
+
 def _rule_flags(reason: str) -> tuple:
     return next((f for prefix, f in RULE_FLAGS if reason.startswith(prefix)), ())
 

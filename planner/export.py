@@ -25,8 +25,8 @@ from planner.specs.strategy import Job, Runtime
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
-def unsupported(framework: str, row) -> str | None:
-    """Why `framework` cannot run this layout as planned, or None."""
+def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
+    """Why `framework` cannot run this layout as planned (in mixed precision `dtype`), or None."""
     pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
     if framework != "torchtitan" and row.get("recompute") == "op":
         return f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)"
@@ -40,6 +40,10 @@ def unsupported(framework: str, row) -> str | None:
             return "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only"
         if vpp > 1:
             return "DeepSpeed's pipeline engine has no interleaved schedule"
+        if zero == 0 and not _fp16(dtype) and int(row["dp"]) * int(row.get("cp", 1)) > 1:
+            # engine.py: bf16 without ZeRO wraps the optimizer in BF16_Optimizer, which partitions the fp32 master
+            # weights and Adam states over the data-parallel group: ZeRO-1's memory and traffic, not ZeRO-0's
+            return "DeepSpeed's bf16 without ZeRO (BF16_Optimizer) shards the optimizer state over DP like ZeRO-1"
     if framework == "torchtitan":
         if int(row.get("cp", 1)) > 1 and zero == 0:
             return "torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1"
@@ -53,12 +57,51 @@ def unsupported(framework: str, row) -> str | None:
     return None
 
 
-def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dtype: str = "bf16") -> str:
-    """Megatron-LM command-line arguments for the layout (and the runtime features the plan priced); `dtype` is the
-    16-bit format of mixed precision, bf16 or fp16 (HardwareSpec.mixed_precision)."""
+def _megatron_model_args(m: ModelSpec, job: Job) -> list[str]:
+    """The architecture as Megatron-LM arguments (arguments.py), so that the layout flags come with the model they
+    were planned for: Megatron's defaults are GeLU, LayerNorm, learned positions, biases, tied embeddings, dropout."""
+    args = [f"--num-layers {m.layers}", f"--hidden-size {m.hidden}", f"--ffn-hidden-size {m.ffn_hidden}",
+            f"--num-attention-heads {m.heads}"]
+    if m.head_dim * m.heads != m.hidden:
+        args.append(f"--kv-channels {m.head_dim}")
+    if m.kv_heads != m.heads:
+        args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    args.append(f"--max-position-embeddings {max(job.seq_len, m.seq_len)}")
+    args.append("--position-embedding-type " + ("learned_absolute" if m.learned_positions else "rope"))
+    args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.gated_mlp:
+        args.append("--swiglu")
+    if not m.bias:
+        args.append("--disable-bias-linear")
+        if m.qkv_bias:
+            args.append("--add-qkv-bias")
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.dropout:
+        args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    return args
+
+
+def plan_line(row) -> str | None:
+    """The plan's own figures for the exported layout, to tie a launch file back to the table (None for a row
+    given by hand with the knobs only)."""
+    if not all(k in row for k in ("step_time_s", "memory_gib", "mfu", "tokens_per_s")):
+        return None
+    return (f"plan: step {row['step_time_s']:.3g} s, {row['memory_gib']:.1f} GiB per GPU, MFU {row['mfu']:.1%} "
+            f"({row['tokens_per_s']:,.0f} tokens/s)")
+
+
+def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dtype: str = "bf16",
+                  transformer_engine: bool = True) -> str:
+    """Megatron-LM command-line arguments for the model, the layout and the runtime features the plan priced;
+    `dtype` is the 16-bit format of mixed precision, bf16 or fp16 (HardwareSpec.mixed_precision);
+    `transformer_engine` False on a GPU Transformer Engine does not support (HardwareSpec.fused_attention: sm70)."""
     tp, cp, pp, dp, v = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp"))
     fp16 = _fp16(dtype)
-    args = [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
+    args = _megatron_model_args(m, job)
+    if not transformer_engine:
+        args.append("--transformer-impl local")    # Megatron's default, transformer_engine, needs sm80 or newer
+    args += [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
         # --cp-comm-type: p2p (default, the overlapped ring), all_gather, a2a or a2a+p2p; the value reaches
@@ -98,7 +141,10 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     # priced fp32 main grads (Precision.grad_bytes 4), so ask.
     args += ["--fp16", "--accumulate-allreduce-grads-in-fp32"] if fp16 else ["--bf16"]
     layout = f"TP {tp} x CP {cp} x PP {pp} x DP {dp}" if cp > 1 else f"TP {tp} x PP {pp} x DP {dp}"
-    header = f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
+    plan = plan_line(row)
+    header = (f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
+              + (f"; {plan}" if plan else "")
+              + f"\n# vocabulary: {m.vocab} from your tokenizer (Megatron pads it to a multiple of 128 x TP)")
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
@@ -191,7 +237,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
               f"seq_len = {job.seq_len}"]
     if pp == 1 and job.global_batch > micro * dp:
         notes.append(f"# gradient accumulation: {job.global_batch // (micro * dp)} micro-batches of {micro} per step")
-    return "\n".join(notes + lines) + "\n"
+    plan = plan_line(row)
+    return "\n".join(([f"# torchtitan: {plan}"] if plan else []) + notes + lines) + "\n"
 
 
 def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
@@ -210,7 +257,8 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     }
     if row["recompute"] != "none":
         cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
-    notes = [f"data-parallel size {dp}: train_batch_size = micro-batch x gradient accumulation x DP"]
+    notes = [n for n in (plan_line(row), f"data-parallel size {dp}: train_batch_size = micro-batch x gradient "
+                                          "accumulation x DP") if n]
     if fp16:
         notes.append("fp16 mixed precision with dynamic loss scaling (loss_scale 0): this GPU has no bf16")
     if tp > 1:
@@ -241,12 +289,12 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
 
 
 def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(),
-           dtype: str = "bf16") -> tuple[str, list[str]]:
+           dtype: str = "bf16", transformer_engine: bool = True) -> tuple[str, list[str]]:
     """(text, notes) for `framework` (one of FRAMEWORKS), in mixed precision `dtype` (bf16, or fp16 on a GPU without
     bf16: HardwareSpec.mixed_precision). Megatron and torchtitan carry their notes as comments in the text;
     DeepSpeed's JSON cannot, so its notes come back separately."""
     if framework == "megatron":
-        return megatron_args(row, m, job, runtime, dtype), []
+        return megatron_args(row, m, job, runtime, dtype, transformer_engine), []
     if framework == "torchtitan":
         return torchtitan_toml(row, m, job, dtype, runtime), []
     cfg, notes = deepspeed_config(row, m, job, dtype, runtime)
@@ -259,14 +307,15 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     if framework == "torchtitan" and _fp16(dtype):           # before the rows: no layout changes the answer
         raise _no_torchtitan_fp16(result.hardware.name)
     # the first supported row, best first: stop there (iterating the whole table took a second on large searches)
-    best = next((r for _, r in result.table.iterrows() if unsupported(framework, r) is None), None)
+    best = next((r for _, r in result.table.iterrows() if unsupported(framework, r, dtype) is None), None)
     if best is None:
-        why = unsupported(framework, result.table.iloc[0]) if len(result.table) else "no layout fits in memory"
+        why = unsupported(framework, result.table.iloc[0], dtype) if len(result.table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     overall = result.table.iloc[0]
-    text, notes = export(framework, best, result.model, result.job, result.runtime, dtype)
+    text, notes = export(framework, best, result.model, result.job, result.runtime, dtype,
+                         result.hardware.fused_attention)
     if best["tokens_per_s"] < overall["tokens_per_s"]:
         notes.insert(0, f"best layout {framework} can run; the overall best "
                         f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "
-                        f"{unsupported(framework, overall)}")
+                        f"{unsupported(framework, overall, dtype)}")
     return text, notes

@@ -97,6 +97,23 @@ def output_format(fmt: "Format", output) -> "Format":
     raise PlannerError("--output", f"{output!r}: give --format json or csv, or a file name ending in .json or .csv")
 
 
+# What each export writes, and the file-name suffixes that would say it is something else.
+EXPORT_SUFFIXES = {"megatron": ("shell arguments", ()), "torchtitan": ("a TOML job config", ("toml",)),
+                   "deepspeed": ("a JSON config", ("json",))}
+DATA_SUFFIXES = ("json", "csv", "toml", "yaml", "yml")
+
+
+def check_export_path(export: str, output) -> None:
+    """--export with --output: the file name must not claim another format (Megatron flags in x.json)."""
+    if output is None:
+        return
+    what, wanted = EXPORT_SUFFIXES[export]
+    suffix = str(output).lower().rsplit(".", 1)[-1] if "." in str(output) else ""
+    if (wanted and suffix != wanted[0]) or (not wanted and suffix in DATA_SUFFIXES):
+        expected = f"a .{wanted[0]} name" if wanted else "a name that is not .json, .csv, .toml or .yaml (e.g. .sh)"
+        raise PlannerError("--output", f"{output!r}: --export {export} writes {what}; expected {expected}")
+
+
 def usage_error_line(exc) -> str:
     """A typer/click usage error (unknown option, missing value, bad choice) as 'FLAG: message', one line."""
     message = " ".join(str(getattr(exc, "message", None) or exc).split()).removeprefix("Value error, ").rstrip(".")

@@ -129,7 +129,10 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         out.print(layouts_table(result.table.head(top), head))
         out.print(why_first(result.table))
     else:
-        err.print(f"Nothing fits: no valid layout of {m.name} on {job.gpus} x {hw.name} fits in {cap:.1f} GiB.")
+        pins = {k: v for k, v in result.pins.__dict__.items() if v is not None}
+        pinned = f" with {', '.join(f'{k}={v}' for k, v in pins.items())}" if pins else ""
+        err.print(f"Nothing fits: no valid layout of {m.name} on {job.gpus} x {hw.name}{pinned} fits in {cap:.1f} "
+                  "GiB" + (" (other layouts may: drop a pin to search them)." if pins else "."))
         if len(result.closest):
             out.print(layouts_table(result.closest.head(top), head + " (closest, none fits)"))
             best = result.closest.iloc[0]
@@ -137,8 +140,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
                       f"{best['overflow_gib']:.1f} GiB over.")
         unit = "hosts" if hw.gpus_per_host else "nodes"
         if len(result.closest):
-            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits: "
-                      f"{min_gpus_text(result)}.")
+            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
+                      f"{' these pins' if pins else ''}: {min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     unfused = "" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)"
     out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "

@@ -276,8 +276,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime, pins=pins,
                           precision=precision)
     if len(table) == 0 and len(over) == 0:
-        result.sole_blockers, result.batch_suggestion = _sole_blockers(m, hw, job, cols, allow_cross_node_tp,
-                                                                        runtime.flash_attention)
+        result.sole_blockers, result.batch_suggestion = constraints.sole_blockers(
+            m, hw, job, cols, allow_cross_node_tp, runtime.flash_attention, CHUNK_ROWS)
     if len(table) == 0 and len(over) and find_min_gpus:
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)
@@ -303,38 +303,6 @@ def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_at
                     rejected[reason] = rejected.get(reason, 0) + count
         if valid.any():
             yield {k: v[valid] for k, v in chunk.items()}
-
-
-def _sole_blockers(m, hw, job, cols, allow_cross_node_tp, flash_attention):
-    """({rule: layouts that break only it}, nearest global batch that a layout blocked only by the batch rule
-    divides), for the error when nothing is valid."""
-    counts: dict[str, int] = {}
-    units: set[int] = set()
-    for start in range(0, len(cols["tp"]), CHUNK_ROWS):
-        chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention)
-        only = constraints.sole_failure(rule_list, len(chunk["tp"]))
-        for i, (reason, _) in enumerate(rule_list):
-            rows = only == i
-            if rows.any():
-                counts[reason] = counts.get(reason, 0) + int(np.count_nonzero(rows))
-                if reason.startswith("global batch"):
-                    units.update(int(u) for u in np.unique(chunk["dp"][rows] * chunk["micro_batch"][rows]))
-    return counts, _round_batch(job.global_batch, units)
-
-
-def _round_batch(batch: int, units: set[int]) -> int | None:
-    """The global batch nearest `batch` that one of `units` (DP x micro-batch) divides, among round ones: a unit
-    times a power of two (6144 GPUs, batch 2048: 1536 = 3 x 512, not 2049)."""
-    best = None
-    for u in units:
-        for k in range(64):                      # u, 2u, 4u, ... up to the first one past the batch
-            cand = u << k
-            if best is None or (abs(cand - batch), -cand) < (abs(best - batch), -best):
-                best = cand
-            if cand >= batch:
-                break
-    return best
 
 
 def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime) -> bool:

@@ -288,3 +288,45 @@ def test_token_and_money_units_scale():
     assert [_money(x) for x in (950, 12_000, 2.5e6, 1.1175e12, 3e15)] == ["$950", "$12k", "$2.50M", "$1.12T", "$3000.00T"]
     assert [_money(x) for x in (999.6, 999_600, 999_996_000)] == ["$1k", "$1.00M", "$1.00B"]   # no "$1000k"
     assert _binary_count(1_048_575) == "1.00Mi"
+
+
+def test_megatron_export_carries_the_model_and_the_plan():
+    """The flags come with the architecture they were planned for (Megatron's defaults are GeLU, LayerNorm,
+    learned positions, biases and tied embeddings, none of them Llama's) and the plan's own figures."""
+    ev = _best(tp=8, pp=16, dp=4, vpp=1, recompute="selective", zero_stage=1, sequence_parallel=True)
+    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
+    for flag in ("--num-layers 126", "--hidden-size 16384", "--ffn-hidden-size 53248", "--num-attention-heads 128",
+                 "--group-query-attention", "--num-query-groups 8", "--position-embedding-type rope",
+                 "--normalization RMSNorm", "--swiglu", "--disable-bias-linear",
+                 "--untie-embeddings-and-output-weights", "--max-position-embeddings 8192"):
+        assert flag in text, flag
+    assert f"step {ev.row['step_time_s']:.3g} s" in text and f"MFU {ev.row['mfu']:.1%}" in text
+    assert "--transformer-impl" not in text                       # Transformer Engine, Megatron's default
+    gpt = _best("gpt3-175b", 1024, hardware="v100-sxm", tp=8, pp=16, dp=8, vpp=1)
+    text, _ = export("megatron", gpt.row, gpt.result.model, gpt.result.job, gpt.result.runtime, "fp16",
+                     gpt.result.hardware.fused_attention)
+    assert "--transformer-impl local" in text                     # TE needs sm80; V100 is sm70
+    assert "--position-embedding-type learned_absolute" in text and "--normalization LayerNorm" in text
+    assert "--swiglu" not in text and "--disable-bias-linear" not in text
+
+
+def test_deepspeed_bf16_without_zero_is_not_exported_as_zero_0():
+    """DeepSpeed's bf16 without ZeRO runs BF16_Optimizer, which shards the optimizer state over DP: a priced
+    ZeRO-0 layout would not be what runs."""
+    from planner.export import unsupported
+
+    row = _best("8b", 64, tp=2, pp=4, dp=8, zero_stage=0, vpp=1).row
+    assert "BF16_Optimizer" in unsupported("deepspeed", row, "bf16")
+    assert unsupported("deepspeed", row, "fp16") is None            # FP16_Optimizer keeps it whole
+
+
+def test_export_files_and_reports_keep_to_their_streams(tmp_path):
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export", "megatron", "-o", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "--export megatron writes shell arguments" in res.output
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export", "deepspeed", "-o", str(tmp_path / "x.toml")])
+    assert res.exit_code == 2 and "expected a .json name" in res.output
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "64", "--export", "megatron"])
+    assert res.exit_code == 1 and res.stdout == ""                # nothing to export: the report goes to stderr
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4",
+                              "--recompute", "selective", "--micro-batch", "1", "--zero", "1", "--export", "megatron"])
+    assert res.exit_code == 1 and "with tp=8, cp=1, pp=16, dp=4" in res.stderr and "drop a pin" in res.stderr

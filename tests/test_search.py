@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from planner.constraints import FIT_REASON
+from planner.constraints import FIT_REASON, round_batch
 from planner.errors import PlannerError
 from planner.evaluate import evaluate
-from planner.search import Pins, _round_batch, enumerate_candidates, make_job, run_search, search
+from planner.search import Pins, enumerate_candidates, make_job, run_search, search
 from planner.specs.model import load_model
 
 
@@ -190,9 +190,9 @@ def test_no_valid_layout_names_the_binding_rules_and_a_batch_that_works():
     assert "global batch not divisible by DP x micro-batch" in msg and "valid but for this rule" in msg
     assert "try --global-batch 1536" in msg
     assert evaluate("70b", 96, global_batch=1536).row["dp"] % 3 == 0
-    assert _round_batch(2048, {3, 24}) == 1536 and _round_batch(2048, {2048}) == 2048
+    assert round_batch(2048, {3, 24}) == 1536 and round_batch(2048, {2048}) == 2048
     # a unit sharing an odd factor with the batch, or larger than twice the batch, still gets its multiple
-    assert (_round_batch(1536, {72}), _round_batch(6, {9}), _round_batch(2048, {20480})) == (1152, 9, 20480)
+    assert (round_batch(1536, {72}), round_batch(6, {9}), round_batch(2048, {20480})) == (1152, 9, 20480)
     row = evaluate("70b", 576, global_batch=1152).row                 # the suggestion for 576 GPUs plans
     assert 1152 % (row["dp"] * row["micro_batch"]) == 0
     from planner.constraints import sole_failure
