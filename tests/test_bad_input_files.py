@@ -45,6 +45,8 @@ MODEL_FILE_CASES = [
     ("yaml-scalar", "scalar.yaml", "just a string\n", ["--model", "mapping", "str"]),
     ("missing-required-field", "nohidden.yaml", preset_text_without("hidden"), ["hidden", "missing"]),
     ("unknown-field", "typo.yaml", PRESET_8B.read_text() + "tied_embedings: true\n", ["tied_embedings", "unknown"]),
+    ("moe-field", "moe.yaml", PRESET_8B.read_text() + "num_experts: 8\n", ["num_experts", "mixture-of-experts",
+                                                                           "dense"]),
     ("wrong-type-layers", "many.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: many"),
      ["layers", "many"]),
     ("wrong-type-hidden-list", "hlist.yaml", PRESET_8B.read_text().replace("hidden: 4096", "hidden: [4096]"),

@@ -262,6 +262,7 @@ def _run_file_with(tmp_path, **changes):
                  id="word-flash"),
     pytest.param({"measured": {"iteration_time_s": "1.3"}}, ["runs.0.measured.iteration_time_s", "number", "'1.3'"],
                  id="quoted-time"),
+    pytest.param({"layout": [1, 2] * 40}, ["runs.0.layout", "a list ([1, 2, 1, 2"], id="long-input-is-cut"),
 ])
 def test_run_file_errors_name_the_run_files_field_not_a_flag(tmp_path, capsys, changes, needles):
     line = bad_line(capsys, "validate", _run_file_with(tmp_path, **changes))

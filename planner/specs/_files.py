@@ -113,5 +113,8 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
         elif err["type"] == "value_error":           # a cross-field check: its message names the fields
             msg = str(err["msg"]).removeprefix("Value error, ")
         else:
-            msg = f"{err['msg']}, got {got!r}"
+            shown = repr(got)
+            if len(shown) > 80:                      # a whole record given where a value belongs: its type is enough
+                shown = f"a {type(got).__name__} ({shown[:60]}...)"
+            msg = f"{err['msg']}, got {shown}"
         raise PlannerError(f"{where}: {loc}" if loc else where, msg) from None

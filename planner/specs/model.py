@@ -85,6 +85,17 @@ class ModelFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dense(cls, data):
+        """An expert count says the model is a mixture of experts: not a typo, a model the planner cannot plan."""
+        moe = ("num_experts", "experts", "num_local_experts", "moe_ffn_hidden", "experts_per_token", "top_k")
+        key = next((k for k in moe if isinstance(data, dict) and k in data), None)
+        if key is not None:
+            raise ValueError(f"{key}: mixture-of-experts models are not supported yet (expert parallelism is next); "
+                             "expected a dense model")
+        return data
+
     name: str = Field(min_length=1)
     aliases: list[str] = []
     description: str = ""
