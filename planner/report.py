@@ -370,4 +370,17 @@ def summary_table(df, title: str, first: str) -> Table:
 
 
 def frame_records(df) -> list[dict]:
-    return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+    """Sweep and comparison rows for JSON: a row with a layout is a config in the public shape (config_record,
+    breakdowns nested as in a search) after its key (gpus or hardware), status and reason; any other row as is."""
+    part_columns = {f"{k}_gib" for k in MEMORY_PARTS} | {f"{k}_s" for k in TIME_PARTS}
+    records = []
+    for row in df.to_dict(orient="records"):
+        if row.get("status") == "ok" and all(k in row for k in _CONTRACT_KEYS):
+            rec = {k: _plain(row[k]) for k in ("gpus", "hardware", "status", "reason") if k in row}
+            rec.update(config_record(row))
+            rec.update({k: _plain(v) for k, v in row.items() if k not in rec and k not in part_columns})
+        else:                                       # no layout: what is known, not a config of nulls
+            rec = {k: _plain(v) for k, v in row.items()
+                   if k in ("gpus", "hardware", "status", "reason") or _plain(v) is not None}
+        records.append(rec)
+    return records

@@ -220,3 +220,17 @@ def test_a_comparison_says_when_its_prices_come_from_different_providers():
     assert set(same.price_provider) == {"given"} and mixed_price_note(same) is None
     res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h200-sxm", "--tokens", "1T"])
     assert res.exit_code == 0 and "not like for like" in res.output
+
+
+def test_sweep_and_comparison_json_rows_are_configs():
+    """An ok row has the search's public config shape (breakdowns nested), with the same numbers; a row without a
+    layout says only what is known."""
+    doc = json.loads(runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8,512", "--format", "json"]).stdout)
+    none, ok = doc["rows"]
+    assert none == {"gpus": 8, "status": "nothing fits in memory", "reason": none["reason"], "fits": False}
+    best = json.loads(runner.invoke(app, ["--model", "405b", "--gpus", "512", "--format", "json", "--top",
+                                          "1"]).stdout)["configs"][0]
+    assert {k: ok[k] for k in best} == best
+    doc = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200", "--format",
+                                         "json"]).stdout)
+    assert all("time_breakdown_s" in row and "compute_s" not in row for row in doc["rows"])
