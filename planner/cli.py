@@ -228,7 +228,7 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
         _emit(df.to_csv(index=False), output)
     else:
         _out().print(report.summary_table(df, title, "GPUs" if first == "gpus" else first))
-        if note := report.mixed_price_note(df):
+        if note := report.price_note(df):
             _out().print(note)
 
 

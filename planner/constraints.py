@@ -24,7 +24,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     one_node = job.gpus <= gpn
     # Megatron-Core (TransformerConfig: num_query_groups must be a multiple of tensor_model_parallel_size) and
     # torchtitan (n_kv_heads // tp local heads) split whole K/V heads: TP divides both head counts.
-    heads_ok = (m.heads % t == 0) & (m.kv_heads % t == 0)
+    q_heads_ok, kv_heads_ok = m.heads % t == 0, m.kv_heads % t == 0
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
     mid = stage_layers(m.layers, p)[1]
     batch_ok = job.global_batch % (b * d) == 0
@@ -33,7 +33,8 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     fused = "fused (flash) attention" + ("" if hw.fused_attention else f", which {hw.name} does not have")
     return [
         ("TP x CP x PP x DP != GPUs", t * cp * p * d == job.gpus),
-        (f"TP does not divide the heads ({m.heads} query, {m.kv_heads} KV)", heads_ok),
+        (f"TP does not divide the {m.heads} query heads", q_heads_ok),
+        (f"TP does not divide the {m.kv_heads} K/V heads", kv_heads_ok),
         (f"TP does not divide hidden ({m.hidden}) and FFN ({m.ffn_hidden})", dims_ok),
         (f"TP exceeds the {hw.gpus_per_node} GPUs of a node", allow_cross_node_tp | (t <= hw.gpus_per_node)),
         # Ranks are placed TP innermost, then CP, in node order: on more than one node, a TP (or TP x CP) block that
@@ -168,17 +169,17 @@ def invalid_layout_error(result) -> PlannerError:
     flag = named[0] if named else "--gpus"           # nothing pinned: the GPU count is what does not work
     given = ", ".join(f"{p}={v}" for p, v in pinned.items())
     where = f"{result.model.name} on {n} GPUs" + (f" with {given}" if given else "")
-    hint = ""
+    hints = []
     if reason.startswith("TP exceeds"):
-        hint = "; --allow-cross-node-tp lets TP span nodes"
+        hints.append("--allow-cross-node-tp lets TP span nodes")
     elif reason.startswith("interleaving: VPP") and "pp" in pinned:
         slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
-        hint = f"; with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}"
-    elif result.batch_suggestion and not pinned:
-        hint = (f"; try --global-batch {result.batch_suggestion}, the nearest round batch that some layout's DP x "
-                "micro-batch divides")
+        hints.append(f"with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}")
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
-        hint = (f"; {n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
-                f"(e.g. {1 << (n.bit_length() - 1)})")
-    return PlannerError(flag, f"no valid layout of {where}: {detail}{hint}")
+        hints.append(f"{n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
+                     f"(e.g. {1 << (n.bit_length() - 1)})")
+    if result.batch_suggestion:
+        hints.append(f"{'or ' if hints else ''}try --global-batch {result.batch_suggestion}, the nearest round batch "
+                     "that some layout's DP x micro-batch divides")
+    return PlannerError(flag, f"no valid layout of {where}: {detail}" + "".join(f"; {h}" for h in hints))
 

@@ -82,27 +82,29 @@ def bubble_line(row) -> str:
 
 
 def placement_lines(row, hw) -> list[str]:
-    """Which collectives stay on NVLink and which cross nodes, for this layout's rank order."""
+    """Which collectives stay inside a node (NVLink, or a mesh's links) and which cross nodes, for this layout's rank
+    order."""
     from planner.cost.comm import group_span, nested_span, placement_strides, pp_crosses_nodes
 
     t, c, p, d, g = int(row["tp"]), int(row["cp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
     dp_inner = row["placement"].endswith("dp-pp")
     lines = []
+    link = "NVLink" if hw.intra_topology == "switch" else "the node's mesh links"     # MI300X: Infinity Fabric
     k, nodes = (int(x) for x in group_span(t, 1, g))
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
-                 "inside one node, on NVLink." if nodes == 1 else f"spans {nodes} nodes: NVLink inside, NICs across."))
+                 f"inside one node, on {link}." if nodes == 1 else f"spans {nodes} nodes: {link} inside, NICs across."))
     if c > 1:
         k, nodes = (int(x) for x in group_span(c, t, g))
-        lines.append(f"CP ({c}): K/V exchange " + ("inside one node, on NVLink." if nodes == 1 else
+        lines.append(f"CP ({c}): K/V exchange " + (f"inside one node, on {link}." if nodes == 1 else
                      f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
-                     f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
+                     f"across {nodes} nodes, {k} ranks per node: {link} inside, then the NICs."))
     k, nodes = (int(x) for x in nested_span(c, t, d, placement_strides(t, p, d, dp_inner, c)[0], hw))
     name = f"DP x CP ({d} x {c})" if c > 1 else f"DP ({d})"
     lines.append(f"{name}: " + ("no gradient reduction." if d * c == 1 else
-                 "inside one node, on NVLink." if nodes == 1 else
+                 f"inside one node, on {link}." if nodes == 1 else
                  f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
-                 f"across {nodes} nodes, {k} ranks per node: NVLink inside, then the NICs."))
+                 f"across {nodes} nodes, {k} ranks per node: {link} inside, then the NICs."))
     lines.append(f"PP ({p}): " + ("no pipeline." if p == 1 else
                  "stage boundaries cross nodes: P2P over the NICs." if pp_crosses_nodes(t, p, d, dp_inner, g, c) else
-                 "neighbouring stages share a node: P2P on NVLink."))
+                 f"neighbouring stages share a node: P2P on {link}."))
     return lines

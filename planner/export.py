@@ -145,7 +145,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     header = (f"# Megatron-LM: {layout} = {tp * cp * pp * dp} GPUs (DP is implied by the world size)"
               + (f"; {plan}" if plan else "")
               + f"\n# vocabulary: {m.vocab} from your tokenizer (Megatron pads it to a multiple of 128 x TP); add the "
-              "settings speed does not depend on (data, tokenizer, --rotary-base, optimizer, schedule)")
+              f"settings speed does not depend on (data, tokenizer, {'' if m.learned_positions else '--rotary-base, '}"
+              "optimizer, schedule)")
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP

@@ -110,7 +110,8 @@ def check_export_path(export: str, output) -> None:
     what, wanted = EXPORT_SUFFIXES[export]
     suffix = str(output).lower().rsplit(".", 1)[-1] if "." in str(output) else ""
     if (wanted and suffix != wanted[0]) or (not wanted and suffix in DATA_SUFFIXES):
-        expected = f"a .{wanted[0]} name" if wanted else "a name that is not .json, .csv, .toml or .yaml (e.g. .sh)"
+        expected = (f"a .{wanted[0]} name" if wanted else
+                    "a name that is not .json, .csv, .toml, .yaml or .yml (e.g. .sh)")
         raise PlannerError("--output", f"{output!r}: --export {export} writes {what}; expected {expected}")
 
 

@@ -128,6 +128,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     if len(result.table):
         out.print(layouts_table(result.table.head(top), head))
         out.print(why_first(result.table))
+        if note := price_note(result.table):
+            out.print(note)
     else:
         pins = {k: v for k, v in result.pins.__dict__.items() if v is not None}
         pinned = f" with {', '.join(f'{k}={v}' for k, v in pins.items())}" if pins else ""
@@ -136,8 +138,10 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         if len(result.closest):
             out.print(layouts_table(result.closest.head(top), head + " (closest, none fits)"))
             best = result.closest.iloc[0]
+            tight = best["memory_gib"] <= hw.hbm_bytes / 2**30
             err.print(f"Closest: {layout_label(best)} needs {best['memory_gib']:.1f} GiB, "
-                      f"{best['overflow_gib']:.1f} GiB over.")
+                      f"{best['overflow_gib']:.1f} GiB over" + (f", but under the {hw.hbm_bytes / 2**30:.1f} GiB of "
+                      "HBM: tight, inside the fragmentation headroom; --headroom-gib 0 accepts it." if tight else "."))
         unit = "hosts" if hw.gpus_per_host else "nodes"
         if len(result.closest):
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
@@ -179,8 +183,11 @@ def print_breakdown(ev, out: Console) -> None:
               f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
     if "time_to_train_days" in r:
+        provider = r.get("price_provider")
+        cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"
+                if provider else "no price in the profile (--price-per-gpu-hour)")
         out.print(f"Training budget: {r['time_to_train_days']:,.1f} days, {r['gpu_hours']:,.0f} GPU-hours, "
-                  f"{_money(r['cost_usd'])}, {r['energy_mwh']:,.0f} MWh.")
+                  f"{cost}, {r['energy_mwh']:,.0f} MWh.")
     out.print(bubble_line(r))
     out.print(f"Rank order {r['placement']} (TP innermost):")
     for line in placement_lines(r, hw):
@@ -327,15 +334,20 @@ def _binary_count(n: int) -> str:
     return f"{n / units[i][0]:.2f}{units[i][1]}"
 
 
-def mixed_price_note(df) -> str | None:
-    """A note when a table's costs come from different providers (not like for like), else None."""
+def price_note(df) -> str | None:
+    """Whose prices a table's costs use: one provider's, the user's, or (a warning) several providers', which are
+    not like for like; None without costs."""
     if "price_provider" not in df or "cost_usd" not in df:
         return None
     priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
     by: dict[str, list[str]] = {}
     for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
         by.setdefault(provider, []).append(str(key))
-    if len(by) < 2:
+    if len(by) == 1:
+        provider = next(iter(by))
+        return ("Costs use your --price-per-gpu-hour." if provider == "given" else
+                f"Costs use the profile's {provider} on-demand price (`plan hardware`; --price-per-gpu-hour for yours).")
+    if not by:
         return None
     listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
     return (f"Costs use prices from different providers ({listing}), not like for like: the profiles' prices are "

@@ -53,7 +53,7 @@ CLI_CASES = [
     ("tp-across-nodes", ["--model", "175b", "--gpus", "512", "--tp", "16", "--pp", "4", "--dp", "8"],
      ["--tp", "8 GPUs of a node", "--allow-cross-node-tp"]),
     ("tp-above-kv-heads", M405 + ["--gpus", "512", "--tp", "16", "--pp", "4", "--dp", "8", "--allow-cross-node-tp"],
-     ["--tp", "TP does not divide the heads (128 query, 8 KV)"]),
+     ["--tp", "TP does not divide the 8 K/V heads"]),
     ("model-empty", ["--model", "", "--gpus", "8"], ["--model", "empty", "preset name"]),
     ("model-dir-without-config", ["--model", str(Path(__file__).parent / "specs"), "--gpus", "8"],
      ["--model", "holds no config.json", "a directory holding one"]),

@@ -22,7 +22,7 @@ def test_table_shows_ranked_layouts_and_reasons():
     res = runner.invoke(app, ["--model", "405b", "--gpus", "512"])
     assert res.exit_code == 0, res.output
     out = res.output
-    for needle in ("TP", "PP", "DP", "MFU", "memory GiB", "#1 ", "layouts considered", "TP does not divide the heads",
+    for needle in ("TP", "PP", "DP", "MFU", "memory GiB", "#1 ", "layouts considered", "TP does not divide the 8 K/V heads",
                    "does not fit in memory", "PaLM"):
         assert needle in out
 

@@ -302,10 +302,12 @@ def test_megatron_export_carries_the_model_and_the_plan():
         assert flag in text, flag
     assert f"step {ev.row['step_time_s']:.3g} s" in text and f"MFU {ev.row['mfu']:.1%}" in text
     assert "--transformer-impl" not in text                       # Transformer Engine, Megatron's default
+    assert "--rotary-base" in text.splitlines()[1]                # RoPE: its base is the user's to add
     gpt = _best("gpt3-175b", 1024, hardware="v100-sxm", tp=8, pp=16, dp=8, vpp=1)
     text, _ = export("megatron", gpt.row, gpt.result.model, gpt.result.job, gpt.result.runtime, "fp16",
                      gpt.result.hardware.fused_attention)
     assert "--transformer-impl local" in text                     # TE needs sm80; V100 is sm70
+    assert "--rotary-base" not in text                            # learned positions: nothing to add
     assert "--position-embedding-type learned_absolute" in text and "--normalization LayerNorm" in text
     assert "--swiglu" not in text and "--disable-bias-linear" not in text
 
@@ -330,3 +332,18 @@ def test_export_files_and_reports_keep_to_their_streams(tmp_path):
     res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4",
                               "--recompute", "selective", "--micro-batch", "1", "--zero", "1", "--export", "megatron"])
     assert res.exit_code == 1 and "with tp=8, cp=1, pp=16, dp=4" in res.stderr and "drop a pin" in res.stderr
+
+
+def test_reports_name_what_the_user_can_change():
+    tight = ["--model", "405b", "--gpus", "8192", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2", "--vpp", "8",
+             "--micro-batch", "1", "--recompute", "none", "--sequence-parallel", "--export", "megatron"]
+    res = runner.invoke(app, tight)
+    assert res.exit_code == 1 and "tight" in res.stderr and "--headroom-gib 0 accepts it" in res.stderr
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "mi300x", "--tp", "2", "--pp", "2",
+                              "--dp", "4"])
+    assert "TP (2): inside one node, on the node's mesh links." in res.output and "NVLink" not in res.output
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--tokens", "1T",
+                              "--hardware", "mi300x"])
+    assert "no price in the profile (--price-per-gpu-hour)" in res.output
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "1T", "--top", "2"])
+    assert "Costs use the profile's Lambda on-demand price" in res.output

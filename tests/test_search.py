@@ -38,7 +38,7 @@ def test_counts_add_up(search_405b_512):
     r = search_405b_512
     assert r.considered == len(r.table) + sum(r.rejected.values())
     assert r.rejected[FIT_REASON] == len(r.closest)
-    assert any("TP does not divide the heads" in k for k in r.rejected)
+    assert any("TP does not divide the 8 K/V heads" in k for k in r.rejected)
 
 
 def test_breakdown_parts_sum_to_totals(search_405b_512):

@@ -107,7 +107,7 @@ def test_sweep_and_comparison_of_a_count_no_layout_can_use_are_bad_input(capsys)
                                                               "h100-sxm,b200"]):
         line = bad(capsys, *argv)
         assert line == alone.rstrip("\n"), (line, alone)      # the same reasons as the search on its own
-        assert_mentions(line, "--gpus", "7 GPUs", "TP does not divide the heads")
+        assert_mentions(line, "--gpus", "7 GPUs", "TP does not divide the 32 query heads", "try --global-batch 1792")
 
 
 def test_rows_without_a_layout_say_why():
@@ -208,16 +208,18 @@ def test_sweep_cli_takes_layout_pins():
 
 
 def test_a_comparison_says_when_its_prices_come_from_different_providers():
-    from planner.report import mixed_price_note
+    from planner.report import price_note
 
     df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
     providers = dict(zip(df.hardware, df.price_provider))
     assert providers["h100-sxm"] == "Lambda" and providers["h200-sxm"] == "AWS" and pd.isna(providers["mi300x"])
-    assert mixed_price_note(df).startswith("Costs use prices from different providers (AWS: h200-sxm; Lambda: "
+    assert price_note(df).startswith("Costs use prices from different providers (AWS: h200-sxm; Lambda: "
                                            "h100-sxm)")
-    assert mixed_price_note(compare_hardware("8b", 8, "h100-sxm,b200", tokens=1e12)) is None        # both Lambda
+    assert price_note(compare_hardware("8b", 8, "h100-sxm,b200", tokens=1e12)).startswith(       # both Lambda
+        "Costs use the profile's Lambda on-demand price")
     same = compare_hardware("8b", 8, "h100-sxm,h200-sxm", tokens=1e12, price_usd_per_gpu_hour=2.0)
-    assert set(same.price_provider) == {"given"} and mixed_price_note(same) is None
+    assert set(same.price_provider) == {"given"} and price_note(same) == "Costs use your --price-per-gpu-hour."
+    assert price_note(compare_hardware("8b", 8, "h100-sxm,b200")) is None                     # no costs
     res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h200-sxm", "--tokens", "1T"])
     assert res.exit_code == 0 and "not like for like" in res.output
 
