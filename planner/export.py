@@ -69,8 +69,10 @@ def _megatron_model_args(m: ModelSpec, job: Job) -> list[str]:
     args.append(f"--max-position-embeddings {max(job.seq_len, m.seq_len)}")
     args.append("--position-embedding-type " + ("learned_absolute" if m.learned_positions else "rope"))
     args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
-    if m.gated_mlp:
+    if m.gated_mlp and m.activation == "silu":
         args.append("--swiglu")
+    elif not m.gated_mlp and m.activation == "relu2":
+        args.append("--squared-relu")
     if not m.bias:
         args.append("--disable-bias-linear")
         if m.qkv_bias:
@@ -80,6 +82,16 @@ def _megatron_model_args(m: ModelSpec, job: Job) -> list[str]:
     if not m.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     return args
+
+
+def _megatron_mlp_note(m: ModelSpec) -> str | None:
+    """An MLP no Megatron-LM argument selects (--swiglu is SiLU-gated, --squared-relu plain, GeLU the default)."""
+    if (m.gated_mlp, m.activation) in ((True, "silu"), (False, "gelu"), (False, "relu2")):
+        return None
+    kind = f"{'gated ' if m.gated_mlp else ''}{m.activation}" + (" (GeGLU, as Gemma's)" if m.gated_mlp and
+                                                                  m.activation == "gelu" else "")
+    return (f"# MLP: {kind} has no Megatron-LM argument: set gated_linear_unit and activation_func in the "
+            "TransformerConfig (same FLOPs and memory as priced)")
 
 
 def plan_line(row) -> str | None:
@@ -101,6 +113,7 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     args = _megatron_model_args(m, job)
     if not transformer_engine:
         args.append("--transformer-impl local")    # Megatron's default, transformer_engine, needs sm80 or newer
+    mlp = _megatron_mlp_note(m)
     args += [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
@@ -149,6 +162,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
               "optimizer, schedule)")
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
+    if mlp:
+        header += "\n" + mlp
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
     # overlap needs exactly one (before Blackwell)
     if zero >= 2:

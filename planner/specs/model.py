@@ -22,6 +22,7 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Used when a file gives no batch: 4 Mi tokens, the low end of the 4-60M tokens practice (formulas.md §8).
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 2**20
 DEFAULT_HF_SEQ_LEN = 4096
+ACTIVATIONS = ("silu", "gelu", "relu2")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class ModelSpec:
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
+    # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
+    # The same FLOPs and bytes for the cost model; the exports need it. "" = silu if gated, else gelu.
+    activation: str = ""
 
     def __post_init__(self):
         """The file schema's rules, for a spec built or changed in Python (dataclasses.replace): positive integer
@@ -64,6 +68,11 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise PlannerError(f"model {self.name}: kv_heads",
                                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.activation == "":
+            object.__setattr__(self, "activation", "silu" if self.gated_mlp else "gelu")
+        if self.activation not in ACTIVATIONS:
+            raise PlannerError(f"model {self.name}: activation",
+                               f"got {self.activation!r}, expected one of {', '.join(ACTIVATIONS)}")
         if self.sliding_window is not None and (not is_int(self.sliding_window) or self.sliding_window < 1):
             raise PlannerError(f"model {self.name}: sliding_window",
                                f"got {self.sliding_window!r}, expected a positive integer or none")
@@ -118,6 +127,7 @@ class ModelFile(BaseModel):
     learned_positions: bool = False
     dropout: bool = False
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
+    activation: Literal["silu", "gelu", "relu2"] | None = None      # default: silu if gated_mlp, else gelu
 
     @field_validator("global_batch_tokens")
     @classmethod
@@ -155,7 +165,7 @@ class ModelFile(BaseModel):
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
-            sliding_window=self.sliding_window,
+            sliding_window=self.sliding_window, activation=self.activation or "",
         )
 
 
@@ -205,6 +215,22 @@ def _hf_unsupported(cfg: dict, where: str) -> None:
                                   "trains in bf16 mixed precision); remove it to plan the bf16 model")
 
 
+def _hf_activation(cfg: dict, where: str, *keys: str) -> str | None:
+    """The MLP activation a config names (hidden_act, Gemma's hidden_activation, GPT-2's activation_function) as
+    silu, gelu (any of transformers' GeLU variants) or relu2; None when absent (the gated/plain default)."""
+    value = next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+    if value is None:
+        return None
+    text = str(value).lower()
+    if text in ("silu", "swish"):
+        return "silu"
+    if text.startswith("gelu"):
+        return "gelu"
+    if text in ("relu2", "squared_relu", "relu_squared"):
+        return "relu2"
+    raise PlannerError(where, f"field {keys[0]!r} is {value!r}: expected silu, a GeLU variant or squared ReLU")
+
+
 def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
     """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, qwen3, gemma,
     gpt2, gpt_neox); what a dense model cannot express is refused (_hf_unsupported)."""
@@ -230,6 +256,8 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
             qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
+            activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype == "gemma" else
+            _hf_activation(cfg, where, "hidden_act"),
         )
     elif mtype == "gpt2":
         hidden = _hf_field(cfg, "n_embd", where)
@@ -240,6 +268,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             seq_len=_hf_field(cfg, "n_positions", where, _hf_field(cfg, "n_ctx", where, 1024)), gated_mlp=False,
             tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, True),
             norm="layernorm", bias=True, learned_positions=True, dropout=True,
+            activation=_hf_activation(cfg, where, "activation_function"),
         )
     elif mtype == "gpt_neox":
         fields = dict(
@@ -248,6 +277,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
             tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, False), norm="layernorm", bias=True,
+            activation=_hf_activation(cfg, where, "hidden_act"),
         )
     else:
         raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported "

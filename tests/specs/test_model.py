@@ -375,3 +375,27 @@ def test_model_yaml_empty_file_raises(tmp_path):
 def test_model_yaml_missing_file_raises(tmp_path):
     with pytest.raises(PlannerError, match="not found"):
         load_model(tmp_path / "nope.yaml")
+
+
+def test_hf_mlp_activation_is_read_and_exported(tmp_path):
+    """Gemma's gated GeLU (GeGLU) is not SwiGLU: the Megatron export must not write --swiglu for it; a squared-ReLU
+    model is --squared-relu; Llama stays --swiglu, GPT-2 GeLU (Megatron's default); an activation the planner does
+    not know is an error naming the field."""
+    from planner.export import megatron_args
+    from planner.specs.strategy import Job
+
+    row = {"tp": 1, "cp": 1, "pp": 1, "dp": 8, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
+           "recompute": "none", "zero_stage": 1}
+    job = Job(gpus=8, seq_len=2048, global_batch=64)
+    gemma = load_model(write_config(tmp_path, {**GEMMA_7B_CONFIG, "hidden_activation": "gelu_pytorch_tanh"}))
+    assert gemma.activation == "gelu" and gemma.gated_mlp
+    text = megatron_args(row, gemma, job)
+    assert "--swiglu" not in text and "GeGLU" in text
+    llama = load_model(write_config(tmp_path, llama_31_8b_config(), "llama"))
+    assert llama.activation == "silu" and "--swiglu" in megatron_args(row, llama, job)
+    gpt2 = load_model(write_config(tmp_path, gpt2_small_config(), "gpt2"))
+    assert gpt2.activation == "gelu" and "--swiglu" not in megatron_args(row, gpt2, job)
+    nemo = load_model(write_config(tmp_path, {**gpt2_small_config(), "activation_function": "relu2"}, "nemo"))
+    assert nemo.activation == "relu2" and "--squared-relu" in megatron_args(row, nemo, job)
+    with pytest.raises(PlannerError, match="'hidden_act' is 'relu'"):
+        load_model(write_config(tmp_path, {**llama_31_8b_config(), "hidden_act": "relu"}, "relu"))
