@@ -222,9 +222,9 @@ def _hf_activation(cfg: dict, where: str, *keys: str) -> str | None:
     if value is None:
         return None
     text = str(value).lower()
-    if text in ("silu", "swish"):
+    if text in ("silu", "swish", "swiglu"):
         return "silu"
-    if text.startswith("gelu"):
+    if "gelu" in text:                             # gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, geglu
         return "gelu"
     if text in ("relu2", "squared_relu", "relu_squared"):
         return "relu2"
