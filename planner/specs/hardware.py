@@ -292,8 +292,11 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     text = str(name_or_path).strip()
     if text.endswith((".yaml", ".yml")) or "/" in text or "\\" in text:
         return load_hardware_file(Path(text).expanduser())
-    index = _bundled()
     key = text.lower()
+    direct = hardware_dir() / f"{key}.yaml"
+    if key and not key.startswith(".") and direct.is_file():   # a bundled file's own name: no need to index them all
+        return load_hardware_file(direct)
+    index = _bundled()
     if key in index:
         return load_hardware_file(index[key])
     close = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
