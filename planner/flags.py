@@ -84,9 +84,15 @@ def budget_options(tokens, price, pue) -> dict:
     return out
 
 
+def _suffix(output) -> str:
+    """The file name's suffix, lower case, without the dot ("" for none)."""
+    name = str(output).lower()
+    return name.rsplit(".", 1)[-1] if "." in name else ""
+
+
 def output_format(fmt: "Format", output) -> "Format":
     """--output writes data, not a rich table: a .json/.csv name picks the format when --format is left at table."""
-    suffix = str(output).lower().rsplit(".", 1)[-1] if output is not None else ""
+    suffix = _suffix(output) if output is not None else ""
     if suffix in ("json", "csv") and fmt is not Format.table and fmt.value != suffix:
         raise PlannerError("--output", f"{output!r} names a .{suffix} file but --format is {fmt.value}; give one of "
                                        "them, or make them agree")
@@ -108,7 +114,7 @@ def check_export_path(export: str, output) -> None:
     if output is None:
         return
     what, wanted = EXPORT_SUFFIXES[export]
-    suffix = str(output).lower().rsplit(".", 1)[-1] if "." in str(output) else ""
+    suffix = _suffix(output)
     if (wanted and suffix != wanted[0]) or (not wanted and suffix in DATA_SUFFIXES):
         expected = (f"a .{wanted[0]} name" if wanted else
                     "a name that is not .json, .csv, .toml, .yaml or .yml (e.g. .sh)")

@@ -40,7 +40,6 @@ Pins = make_dataclass("Pins", [(f.name, f"{f.type} | None", field(default=None))
 Pins.__module__ = __name__       # picklable (results go through multiprocessing and caches); 3.12 has module=
 
 
-
 @dataclass
 class SearchResult:
     model: ModelSpec

@@ -201,8 +201,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * first_last * (fwd + tp_fwd), 0.0)
     # The pacing stage is the one whose compute plus TP and CP communication is longest; its parts are reported.
     edge_comp, mid_comp = first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)
-    edge_comm, mid_comm = first_last * (tp_fwd + tp_bwd + cp_fwd + cp_bwd), middle * (tp_fwd + tp_bwd + cp_fwd + cp_bwd)
-    edge_paces = edge_comp + edge_comm > mid_comp + mid_comm
+    layer_comm = tp_fwd + tp_bwd + cp_fwd + cp_bwd
+    edge_paces = edge_comp + first_last * layer_comm > mid_comp + middle * layer_comm
     pacing_layers = np.where(edge_paces, first_last, middle)
     stage_comp = np.where(edge_paces, edge_comp, mid_comp)
     stage_tp = pacing_layers * (tp_fwd + tp_bwd)

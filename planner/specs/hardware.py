@@ -20,6 +20,7 @@ from planner.errors import PlannerError
 from planner.specs._files import read_mapping, validate
 
 GIB = 2**30
+TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a direct link per peer (MI300X)
 
 
 # --- file schema (edge: human units) -------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ class _Link(_Strict):
     name: str = ""
     # How the GPUs of a node are wired (intra_node only): "switch" (NVSwitch: every GPU reaches any peer at its
     # full bandwidth) or "mesh" (a direct link to every other GPU, MI300X: a peer gets 1/(n-1) of it).
-    topology: Literal["switch", "mesh"] = "switch"
+    topology: Literal[TOPOLOGIES] = "switch"
     bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=0.1, lt=100_000)
     bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(default=None, gt=1, lt=100_000)
     step_latency_us: float = Field(ge=0, lt=10_000)
@@ -180,7 +181,7 @@ class HardwareSpec:
                 bad(f, "a fraction in [0, 1]")
         if not is_int(self.gpus_per_node) or self.gpus_per_node < 1:
             bad("gpus_per_node", "a positive integer")
-        if self.intra_topology not in ("switch", "mesh"):
+        if self.intra_topology not in TOPOLOGIES:
             bad("intra_topology", "switch or mesh")
         price = self.price_usd_per_gpu_hour
         if price is not None and not (is_real(price) and 0 < price < math.inf):

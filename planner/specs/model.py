@@ -98,8 +98,7 @@ class ModelFile(BaseModel):
     @classmethod
     def _dense(cls, data):
         """An expert count says the model is a mixture of experts: not a typo, a model the planner cannot plan."""
-        moe = ("num_experts", "experts", "num_local_experts", "moe_ffn_hidden", "experts_per_token", "top_k")
-        key = next((k for k in moe if isinstance(data, dict) and k in data), None)
+        key = next((k for k in _MOE_FILE_KEYS if isinstance(data, dict) and k in data), None)
         if key is not None:
             raise ValueError(f"{key}: mixture-of-experts models are not supported yet (expert parallelism is next); "
                              "expected a dense model")
@@ -127,7 +126,7 @@ class ModelFile(BaseModel):
     learned_positions: bool = False
     dropout: bool = False
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
-    activation: Literal["silu", "gelu", "relu2"] | None = None      # default: silu if gated_mlp, else gelu
+    activation: Literal[ACTIVATIONS] | None = None      # default: silu if gated_mlp, else gelu
 
     @field_validator("global_batch_tokens")
     @classmethod
@@ -175,6 +174,8 @@ _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma"}
 # transformers' head_dim when a config leaves it out: Qwen3Config 128, GemmaConfig 256, the others hidden / heads.
 _HF_HEAD_DIM = {"qwen3": 128, "gemma": 256}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+# In a model file any of these names an MoE model (a config.json may carry top_k as a generation default).
+_MOE_FILE_KEYS = _MOE_KEYS + ("experts", "moe_ffn_hidden", "experts_per_token", "top_k")
 _HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"        # what from_hf_config reads
 
 
