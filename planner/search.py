@@ -101,6 +101,14 @@ def _micro_batches(global_batch: int, dp: int) -> list[int]:
     return [2**i for i in range(int(math.log2(max(global_batch // dp, 1))) + 1)]
 
 
+def normalized_pins(pins: Pins) -> Pins:
+    """The pinned knobs as Layout checks and stores them (Python ints and bools, recompute by name): a numpy uint8
+    would overflow in the search's arithmetic, and an array where a number belongs is the one-line error here."""
+    given = {k: v for k, v in pins.__dict__.items() if v is not None}
+    layout = Layout(**given)
+    return replace(pins, **{k: getattr(layout, k) for k in given})
+
+
 def check_pins(pins: Pins, job: Job) -> None:
     """Pinned knobs must have the right type and range, and the degrees must be able to multiply to the GPU count."""
     layout = Layout(**{k: v for k, v in pins.__dict__.items() if v is not None})   # types and ranges, as any layout
@@ -232,6 +240,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     import pandas as pd
 
     check_options(runtime=runtime, precision=precision, pins=pins)
+    pins = normalized_pins(pins)
     if not isinstance(allow_cross_node_tp, (bool, np.bool_)):
         raise PlannerError("allow_cross_node_tp", f"got {allow_cross_node_tp!r}, expected True or False")
     m, hw = load_model(model), load_hardware(hardware)

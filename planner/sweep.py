@@ -130,6 +130,8 @@ def _frame(rows: list[dict], errors: list):
         raise errors[0]
     df = pd.DataFrame(rows)
     ok = next(r for r in rows if r["status"] == "ok") if "ok" in df["status"].values else {}
+    # the columns in a fitting row's order, whichever row comes first (CSV readers go by position)
+    df = df[list(ok) + [c for c in df.columns if c not in ok]]
     for col, value in ok.items():
         if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and df[col].isna().any():
             df[col] = pd.Series([None if pd.isna(v) else int(v) for v in df[col]], dtype=object)

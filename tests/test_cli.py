@@ -77,6 +77,19 @@ def test_nothing_fits_exits_1_and_names_a_gpu_count():
     assert "Nothing fits" in res.output and "Smallest GPU count" in res.output
 
 
+def test_the_smallest_count_that_fits_pins_says_a_pinned_dp_is_left_free():
+    """More GPUs cannot keep a pinned DP (the degrees multiply to the count): the scan frees it and says so, so the
+    count it names is not a lie about the other pins."""
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--dp", "4", "--micro-batch", "4",
+                              "--recompute", "none", "--zero", "0"])
+    assert res.exit_code == 1
+    line = next(x for x in res.output.splitlines() if x.startswith("Smallest GPU count"))
+    assert "these pins, DP left free: 2,048." in line, line
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--micro-batch", "4", "--recompute", "none",
+                              "--zero", "0"])
+    assert "these pins: " in next(x for x in res.output.splitlines() if x.startswith("Smallest GPU count"))
+
+
 def test_models_and_hardware_lists():
     res = runner.invoke(app, ["models"])
     assert res.exit_code == 0 and "llama-3.1-405b" in res.output and "gpt3-175b" in res.output

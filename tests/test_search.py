@@ -161,6 +161,23 @@ def test_numpy_scalars_are_numbers_wherever_numbers_are():
             search(**{"model": "8b", "gpus": 8, **bad})
 
 
+def test_narrow_numpy_pins_price_like_python_ints_and_arrays_are_refused():
+    """A pin is stored as Layout stores it: uint8/int8 pins once overflowed in the search's arithmetic (2048 % dp,
+    tp * pp), and an array where a number belongs reached numpy's truth-value error."""
+    import numpy as np
+
+    from planner import PlannerError, evaluate
+
+    plain = evaluate("70b", 64, tp=8, pp=2, dp=4).step_time_s
+    assert evaluate("70b", 64, tp=np.uint8(8), pp=np.int8(2), dp=np.uint8(4)).step_time_s == plain
+    assert len(search("70b", 64, tp=np.int8(8))) == len(search("70b", 64, tp=8))
+    with pytest.raises(PlannerError, match=r"^--tp: got array\(\[8, 4\]\), expected a positive integer"):
+        search("70b", 64, tp=np.array([8, 4]))
+    for stage in (True, np.bool_(False), 1.0):
+        with pytest.raises(PlannerError, match=f"^--zero: got {stage!r}, expected a ZeRO stage"):
+            search("70b", 64, zero_stage=stage)
+
+
 def test_the_min_gpu_scan_tries_its_limit_and_says_how_far_it_went():
     """smallest_fitting_gpus tries the limit itself (the doubling could stop short of it), and the message names the
     counts that were really tried: above a request beyond the limit, none."""

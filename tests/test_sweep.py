@@ -236,3 +236,12 @@ def test_sweep_and_comparison_json_rows_are_configs():
     doc = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200", "--format",
                                          "json"]).stdout)
     assert all("time_breakdown_s" in row and "compute_s" not in row for row in doc["rows"])
+
+
+def test_sweep_columns_keep_their_order_whichever_count_comes_first():
+    """CSV readers go by position: a sweep whose first count fits nothing has the same columns, in the same order,
+    as one whose first count fits."""
+    unfit_first = sweep(model="70b", gpus=[8, 64])
+    fit_first = sweep(model="70b", gpus=[64, 128])
+    assert unfit_first["status"].iloc[0] != "ok" and fit_first["status"].iloc[0] == "ok"
+    assert list(unfit_first.columns) == list(fit_first.columns)

@@ -61,9 +61,9 @@ def zero_code(value: str | int) -> int:
     """0-3, also written 'zero3' or 'zero-3'."""
     import re
 
-    if isinstance(value, bool):
-        value = "?"
-    match = re.fullmatch(r"(?:zero-?)?([0-3])", str(value).strip().lower())
+    # True/False would read as 1/0 and a 1.0 as 1: neither is a stage (checked before the text match)
+    match = (None if isinstance(value, (bool, np.bool_, float, np.floating))
+             else re.fullmatch(r"(?:zero-?)?([0-3])", str(value).strip().lower()))
     if not match:
         raise PlannerError("--zero", f"got {value!r}, expected a ZeRO stage 0, 1, 2 or 3")
     return int(match.group(1))
