@@ -16,13 +16,31 @@ Literal["bfloat16", "float32"]`, torchtitan/config/job_config.py; no loss scaler
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
+from planner.search import repriced
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Runtime
+from planner.specs.strategy import RANK_ORDERS, Job, Runtime
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+def rank_order(row) -> str:
+    """The row's order of DP and PP after TP (and CP): "dp-pp" or "pp-dp" (RANK_ORDERS); a row given by hand
+    with the knobs only is in the frameworks' default order, DP next to TP."""
+    return "pp-dp" if str(row.get("placement", "")).endswith("pp-dp") else "dp-pp"
+
+
+def launch_orders(framework: str, row) -> tuple[str, ...]:
+    """The rank orders `framework` can launch this layout with. All three place DP next to TP by default
+    (Megatron tp-cp-ep-dp-pp, torchtitan's mesh [pp, dp, cp, tp], DeepSpeed [pipe, data, model]); Megatron's
+    --use-tp-pp-dp-mapping puts PP there instead, but not with CP or EP, nor with Megatron-FSDP (Megatron-Core
+    ModelParallelConfig.use_tp_pp_dp_mapping)."""
+    if framework == "megatron" and int(row.get("cp", 1)) == 1 and int(row["zero_stage"]) < 2:
+        return RANK_ORDERS
+    return ("dp-pp",)
 
 
 def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
@@ -54,6 +72,16 @@ def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
             return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
         if tp > 1 and not row["sequence_parallel"]:
             return "torchtitan's tensor parallelism always shards the sequence"
+    return None
+
+
+def _priced_attention(runtime: Runtime) -> str | None:
+    """The attention the plan priced when it is not FlashAttention-2-class fused kernels (the frameworks' own
+    default today), else None."""
+    if runtime.flash_attention is False:
+        return "unfused attention (scores written to HBM)"
+    if runtime.flash_attention_gen == 1:
+        return "FlashAttention-1-class kernels (--flash-attention-gen 1)"
     return None
 
 
@@ -114,6 +142,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     if not transformer_engine:
         args.append("--transformer-impl local")    # Megatron's default, transformer_engine, needs sm80 or newer
     mlp = _megatron_mlp_note(m)
+    attention = _priced_attention(runtime)
+    if transformer_engine and runtime.flash_attention is False:
+        args.append("--attention-backend unfused")    # what the plan priced (the default, auto, picks fused kernels)
     args += [f"--tensor-model-parallel-size {tp}", f"--pipeline-model-parallel-size {pp}"]
     if cp > 1:
         args.append(f"--context-parallel-size {cp}")
@@ -127,6 +158,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
+    if pp > 1 and dp > 1 and rank_order(row) == "pp-dp":
+        args.append("--use-tp-pp-dp-mapping")       # the plan's rank order: PP stages next to each other
     if row["sequence_parallel"]:
         args.append("--sequence-parallel")
         if runtime.tp_comm_overlap and tp > 1:
@@ -164,6 +197,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     if mlp:
         header += "\n" + mlp
+    if attention and runtime.flash_attention_gen == 1:
+        header += (f"\n# attention: the plan priced {attention}; Megatron runs the flash-attn or cuDNN kernels "
+                   "installed (FlashAttention-2 class today), so expect a faster step")
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
     # overlap needs exactly one (before Blackwell)
     if zero >= 2:
@@ -202,6 +238,10 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
+    if attention := _priced_attention(runtime):
+        notes.append(f"# attention: the plan priced {attention}; torchtitan runs PyTorch SDPA's fused kernels "
+                     "(FlashAttention-2 class), so expect a faster step"
+                     + (" and less activation memory" if runtime.flash_attention is False else ""))
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("# the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap): torchtitan's "
                      "nearest is [parallelism] enable_async_tensor_parallel = true, with [compile] enabled")
@@ -299,6 +339,8 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     if tp > 1 and row["sequence_parallel"]:
         notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
                      "--sequence-parallel), again in the model code")
+    if attention := _priced_attention(runtime):
+        notes.append(f"attention kernels come from the model code: the plan priced {attention}")
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap); Megatron-DeepSpeed "
                      "has no such option, so expect the TP time of a plan without it")
@@ -323,16 +365,37 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     dtype = result.hardware.mixed_precision
     if framework == "torchtitan" and _fp16(dtype):           # before the rows: no layout changes the answer
         raise _no_torchtitan_fp16(result.hardware.name)
-    # the first supported row, best first: stop there (iterating the whole table took a second on large searches)
-    best = next((r for _, r in result.table.iterrows() if unsupported(framework, r, dtype) is None), None)
+    # The first supported row whose rank order the framework can launch, best first: stop there (iterating the
+    # whole table took a second on large searches). Faster rows in an order it cannot launch are priced again in
+    # its own order and may still win.
+    best, other_order = None, []
+    for _, r in result.table.iterrows():
+        if unsupported(framework, r, dtype) is not None:
+            continue
+        if rank_order(r) in launch_orders(framework, r):
+            best = r
+            break
+        other_order.append(r)
+    reordered = False
+    if other_order:
+        import pandas as pd
+
+        again = repriced(result, pd.DataFrame(other_order), replace(result.runtime, rank_order="dp-pp")).iloc[0]
+        if best is None or again["tokens_per_s"] > best["tokens_per_s"]:
+            best, reordered = again, True
     if best is None:
         why = unsupported(framework, result.table.iloc[0], dtype) if len(result.table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     overall = result.table.iloc[0]
     text, notes = export(framework, best, result.model, result.job, result.runtime, dtype,
                          result.hardware.fused_attention)
+    if reordered:
+        notes.insert(0, f"priced in {framework}'s rank order {best['placement']} (DP next to TP, PP outermost)")
     if best["tokens_per_s"] < overall["tokens_per_s"]:
+        limit = " with CP or Megatron-FSDP" if framework == "megatron" else ""
+        reason = unsupported(framework, overall, dtype) or (f"its rank order {overall['placement']} (PP stages next "
+                                                            f"to each other), which {framework} cannot launch{limit}")
         notes.insert(0, f"best layout {framework} can run; the overall best "
                         f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "
-                        f"{unsupported(framework, overall, dtype)}")
+                        f"{reason}")
     return text, notes

@@ -21,8 +21,8 @@ from planner.checks import checked_int, is_real
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
-from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
-                                    Layout, Precision, Runtime, recompute_code, zero_code)
+from planner.specs.strategy import (KNOB_COLUMNS, LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE,
+                                    ZERO_STAGES, Job, Layout, Precision, Runtime, recompute_code, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -225,6 +225,16 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         "peak_stage": res["peak_stage"].astype(np.int64),
     })
     return df
+
+
+def repriced(result: SearchResult, table, runtime: Runtime):
+    """Rows of `result`'s table priced again under `runtime` (a framework's fixed rank order, say), best first.
+    Memory does not depend on what changes here, so a fitting layout still fits."""
+    cols = {KNOB_COLUMNS[k]: table[k].to_numpy() for k in LAYOUT_KNOBS}
+    cols["recompute"] = np.asarray([RECOMPUTE.index(r) for r in cols["recompute"]], dtype=np.int64)
+    cols["sp"] = cols["sp"].astype(bool)
+    res = step_columns(result.model, result.hardware, result.job, cols, result.precision, runtime)
+    return _rank(_rows_to_frame(cols, res, result.job, result.capacity_bytes))
 
 
 def _rank(df):

@@ -347,3 +347,44 @@ def test_reports_name_what_the_user_can_change():
     assert "no price in the profile (--price-per-gpu-hour)" in res.output
     res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "1T", "--top", "2"])
     assert "Costs use the profile's Lambda on-demand price" in res.output
+
+
+def test_exports_price_the_rank_order_the_framework_launches():
+    """The plan may place PP stages next to each other (tp-pp-dp): Megatron launches that with
+    --use-tp-pp-dp-mapping; torchtitan and DeepSpeed place PP outermost, so their export is priced in that order
+    (here 7.5% slower), and says so."""
+    from dataclasses import replace
+
+    from planner.export import best_supported
+    from planner.search import repriced, run_search
+
+    pins = planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none")
+    mega = run_search("8b", 16, pins=replace(pins, zero_stage=1))
+    assert mega.table.iloc[0]["placement"] == "tp-pp-dp"
+    text, notes = best_supported("megatron", mega)
+    assert "--use-tp-pp-dp-mapping" in text and f"step {mega.table.iloc[0]['step_time_s']:.3g} s" in text
+    assert notes == []
+    titan = run_search("8b", 16, pins=replace(pins, zero_stage=2))
+    ordered = repriced(titan, titan.table, replace(titan.runtime, rank_order="dp-pp")).iloc[0]
+    assert ordered["placement"] == "tp-dp-pp" and ordered["step_time_s"] > 1.05 * titan.table.iloc[0]["step_time_s"]
+    text, notes = best_supported("torchtitan", titan)
+    assert f"step {ordered['step_time_s']:.3g} s" in text
+    assert_mentions(" ".join(notes), "rank order tp-pp-dp", "cannot launch", "priced in torchtitan's rank order tp-dp-pp")
+    # the runtime knob itself: a fixed order is priced as that order, None takes the cheaper one
+    with pytest.raises(planner.PlannerError, match="^rank_order: got 'pp-tp'"):
+        planner.Runtime(rank_order="pp-tp")
+
+
+def test_exports_say_which_attention_the_plan_priced():
+    """--no-flash-attention is Megatron's --attention-backend unfused; torchtitan always runs SDPA's fused kernels
+    and DeepSpeed's attention is the model's, so they say what the plan priced instead."""
+    unfused = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "megatron"])
+    assert "--attention-backend unfused" in unfused.stdout
+    assert "--attention-backend" not in runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export",
+                                                            "megatron"]).stdout
+    fa1 = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--flash-attention-gen", "1", "--export", "megatron"])
+    assert "# attention: the plan priced FlashAttention-1-class kernels" in fa1.stdout
+    titan = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "torchtitan"])
+    assert "# attention: the plan priced unfused attention" in titan.stdout and "less activation memory" in titan.stdout
+    ds = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "deepspeed"])
+    assert "attention kernels come from the model code: the plan priced unfused attention" in ds.stderr

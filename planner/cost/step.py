@@ -210,11 +210,14 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     stage_fwd = layers_max * (fwd + tp_fwd + cp_fwd)
     stage_bwd = layers_max * (bwd + tp_bwd + cp_bwd)
 
-    # Placement: TP innermost, then either DP (Megatron's default order) or PP; pick the cheaper per layout.
+    # Placement: TP innermost, then either DP (Megatron's default order) or PP: the runtime's order when the
+    # framework fixes it, else the cheaper per layout.
     params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
     results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd,
                             stage_bwd, stage_comp + stage_tp + stage_cp, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
+    if runtime.rank_order is not None:
+        pick_dp_inner = np.full(np.shape(pick_dp_inner), runtime.rank_order == "dp-pp")
     pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 

@@ -28,6 +28,9 @@ SEARCHED_RECOMPUTE = ("none", "selective", "full")
 FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
 DEFAULT_FLASH_GENERATION = 2                 # when FlashAttention runs and no generation is given
 ZERO3_GATHER_UNITS = ("layer", "matrix")     # ZeRO-3 gathers per layer (FSDP blocks) or per weight (DeepSpeed)
+# Rank orders after TP (and CP): DP next, PP outermost (Megatron's default tp-cp-ep-dp-pp, torchtitan's mesh
+# [pp, dp, cp, tp], DeepSpeed's [pipe, data, model]), or PP next (Megatron --use-tp-pp-dp-mapping).
+RANK_ORDERS = ("dp-pp", "pp-dp")
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
@@ -140,6 +143,8 @@ class Runtime:
     dp_bucket_bytes: float = 160e6      # gradient buckets: Megatron DDP 40M fp32 elements (PyTorch DDP: 25 MB)
     zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
+    rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) when the framework fixes it; None: the
+                                        # cheaper of the two for each layout (Megatron can run either)
 
     def __post_init__(self):
         gen, fa = self.flash_attention_gen, self.flash_attention
@@ -156,6 +161,9 @@ class Runtime:
                 raise PlannerError(f.name, f"got {value!r}, expected True or False")
         if not is_real(self.dp_bucket_bytes) or not 0 < self.dp_bucket_bytes < math.inf:
             raise PlannerError("dp_bucket_bytes", f"got {self.dp_bucket_bytes!r}, expected a positive size in bytes")
+        if self.rank_order is not None and self.rank_order not in RANK_ORDERS:
+            raise PlannerError("rank_order", f"got {self.rank_order!r}, expected one of {', '.join(RANK_ORDERS)} "
+                                             "or None (the cheaper per layout)")
         if self.zero3_gather_unit not in ZERO3_GATHER_UNITS:
             raise PlannerError("zero3_gather_unit", f"got {self.zero3_gather_unit!r}, expected one of "
                                                     f"{', '.join(ZERO3_GATHER_UNITS)}")
