@@ -70,6 +70,9 @@ class RunRuntime(_Strict):
     cp_comm_overlap: bool | None = None
     flash_attention_gen: StrictInt | None = Field(default=None, ge=min(FLASH_GENERATIONS),
                                                   le=max(FLASH_GENERATIONS))   # 1 or 2, not true or 1.0
+    # A run was launched in one rank order: every framework's default puts DP next to TP (Megatron tp-cp-ep-dp-pp,
+    # DeepSpeed, torchtitan); "pp-dp" is Megatron's --use-tp-pp-dp-mapping. A plan takes the cheaper of the two.
+    rank_order: Literal["dp-pp", "pp-dp"] = "dp-pp"
 
 
 class RunPrecision(_Strict):

@@ -10,8 +10,8 @@ from cli_contract import bad as bad_line
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.validate import (BUNDLED_RUNS, load_runs, load_runs_file, predict_all, predict_layer_ms,
-                              summarize)
+from planner.validate import (BUNDLED_RUNS, RunsFile, load_runs, load_runs_file, predict, predict_all,
+                              predict_layer_ms, summarize)
 
 runner = CliRunner()
 
@@ -306,3 +306,21 @@ def test_a_run_id_given_twice_is_an_error(tmp_path, capsys):
     path = tmp_path / "twice.yaml"
     path.write_text(yaml.safe_dump({"runs": [run, run]}))
     assert_mentions(bad_line(capsys, "validate", path), "korthikanti2022_175b_full_recompute", "twice")
+
+
+def test_a_run_is_priced_in_its_stated_rank_order():
+    """Runs were launched in one rank order, the frameworks' default (DP next to TP) unless a run says Megatron's
+    --use-tp-pp-dp-mapping; NVIDIA's GB200 runs put their 4 stages of 8 inside one 72-GPU NVLink domain either
+    way, but the order decides which collectives share it."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "nvidia_dgxc_nemotron4_340b_gb200_128gpu_gbs512")
+    default = load_runs_file(BUNDLED_RUNS).runs
+    default = next(r for r in default if r.id == run["id"])
+    assert default.runtime.rank_order == "dp-pp"
+    swapped = {**run, "runtime": {**run["runtime"], "rank_order": "pp-dp"}}
+    mine = RunsFile.model_validate({"runs": [swapped]}).runs[0]
+    a, b = predict(default), predict(mine)
+    assert a.evaluation.row["placement"].endswith("dp-pp") and b.evaluation.row["placement"].endswith("pp-dp")
+    assert a.predicted_step_s != pytest.approx(b.predicted_step_s, rel=1e-3)
+    with pytest.raises(Exception, match="rank_order"):
+        RunsFile.model_validate({"runs": [{**run, "runtime": {**run["runtime"], "rank_order": "pp-tp"}}]})
