@@ -22,7 +22,7 @@ from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
 from planner.search import repriced
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import RANK_ORDERS, Job, Runtime
+from planner.specs.strategy import LAYOUT_KNOBS, RANK_ORDERS, Job, Runtime, pp_next_launchable
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
@@ -38,9 +38,20 @@ def launch_orders(framework: str, row) -> tuple[str, ...]:
     (Megatron tp-cp-ep-dp-pp, torchtitan's mesh [pp, dp, cp, tp], DeepSpeed [pipe, data, model]); Megatron's
     --use-tp-pp-dp-mapping puts PP there instead, but not with CP or EP, nor with Megatron-FSDP (Megatron-Core
     ModelParallelConfig.use_tp_pp_dp_mapping)."""
-    if framework == "megatron" and int(row.get("cp", 1)) == 1 and int(row["zero_stage"]) < 2:
+    if int(row["pp"]) == 1 or int(row["dp"]) == 1:         # one order either way
+        return RANK_ORDERS
+    if framework == "megatron" and pp_next_launchable(int(row.get("cp", 1)), int(row["pp"]), int(row["zero_stage"])):
         return RANK_ORDERS
     return ("dp-pp",)
+
+
+def _order_note(framework: str, row) -> str | None:
+    """When the row was priced in a rank order `framework` cannot launch (a library caller's forced order):
+    the figures above do not describe its run."""
+    if rank_order(row) in launch_orders(framework, row):
+        return None
+    return (f"the plan's figures assume rank order {row['placement']} (PP stages next to each other), which "
+            f"{framework} cannot launch; best_supported prices a search's layouts in {framework}'s own order")
 
 
 def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
@@ -158,7 +169,7 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
-    if pp > 1 and dp > 1 and rank_order(row) == "pp-dp":
+    if pp > 1 and dp > 1 and rank_order(row) == "pp-dp" and "pp-dp" in launch_orders("megatron", row):
         args.append("--use-tp-pp-dp-mapping")       # the plan's rank order: PP stages next to each other
     if row["sequence_parallel"]:
         args.append("--sequence-parallel")
@@ -197,6 +208,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     if mlp:
         header += "\n" + mlp
+    if order := _order_note("megatron", row):
+        header += "\n# " + order
     if attention and runtime.flash_attention_gen == 1:
         header += (f"\n# attention: the plan priced {attention}; Megatron runs the flash-attn or cuDNN kernels "
                    "installed (FlashAttention-2 class today), so expect a faster step")
@@ -238,6 +251,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
+    if order := _order_note("torchtitan", row):
+        notes.append("# " + order)
     if attention := _priced_attention(runtime):
         notes.append(f"# attention: the plan priced {attention}; torchtitan runs PyTorch SDPA's fused kernels "
                      "(FlashAttention-2 class), so expect a faster step"
@@ -339,6 +354,8 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     if tp > 1 and row["sequence_parallel"]:
         notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
                      "--sequence-parallel), again in the model code")
+    if order := _order_note("deepspeed", row):
+        notes.append(order)
     if attention := _priced_attention(runtime):
         notes.append(f"attention kernels come from the model code: the plan priced {attention}")
     if tp > 1 and runtime.tp_comm_overlap:
@@ -365,11 +382,16 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     dtype = result.hardware.mixed_precision
     if framework == "torchtitan" and _fp16(dtype):           # before the rows: no layout changes the answer
         raise _no_torchtitan_fp16(result.hardware.name)
+    table = result.table
+    if result.runtime.rank_order is not None and len(table):
+        # a forced order: price every layout in the cheaper order some framework launches first, so the rows are
+        # ranked by prices the pass below can only raise
+        table = repriced(result, table, replace(result.runtime, rank_order=None))
     # The first supported row whose rank order the framework can launch, best first: stop there (iterating the
     # whole table took a second on large searches). Faster rows in an order it cannot launch are priced again in
-    # its own order and may still win.
+    # its own order (no cheaper than before) and may still win.
     best, other_order = None, []
-    for _, r in result.table.iterrows():
+    for _, r in table.iterrows():
         if unsupported(framework, r, dtype) is not None:
             continue
         if rank_order(r) in launch_orders(framework, r):
@@ -384,18 +406,19 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         if best is None or again["tokens_per_s"] > best["tokens_per_s"]:
             best, reordered = again, True
     if best is None:
-        why = unsupported(framework, result.table.iloc[0], dtype) if len(result.table) else "no layout fits in memory"
+        why = unsupported(framework, table.iloc[0], dtype) if len(table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
-    overall = result.table.iloc[0]
+    overall = table.iloc[0]
     text, notes = export(framework, best, result.model, result.job, result.runtime, dtype,
                          result.hardware.fused_attention)
+    gap = overall["tokens_per_s"] / best["tokens_per_s"] - 1
+    same_knobs = all(best[k] == overall[k] for k in LAYOUT_KNOBS)
     if reordered:
-        notes.insert(0, f"priced in {framework}'s rank order {best['placement']} (DP next to TP, PP outermost)")
-    if best["tokens_per_s"] < overall["tokens_per_s"]:
-        limit = " with CP or Megatron-FSDP" if framework == "megatron" else ""
+        notes.insert(0, f"priced in {framework}'s rank order {best['placement']} (PP outermost)"
+                        + (f": {gap:.1%} slower than the table's {overall['placement']}" if same_knobs else ""))
+    if gap > 0 and not same_knobs:
         reason = unsupported(framework, overall, dtype) or (f"its rank order {overall['placement']} (PP stages next "
-                                                            f"to each other), which {framework} cannot launch{limit}")
-        notes.insert(0, f"best layout {framework} can run; the overall best "
-                        f"({overall['tokens_per_s'] / best['tokens_per_s'] - 1:.1%} faster) is not supported: "
+                                                            f"to each other), which {framework} cannot launch")
+        notes.insert(0, f"best layout {framework} can run; the overall best ({gap:.1%} faster) is not supported: "
                         f"{reason}")
     return text, notes

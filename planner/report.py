@@ -144,10 +144,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
                       "HBM: tight, inside the fragmentation headroom; --headroom-gib 0 accepts it." if tight else "."))
         unit = "hosts" if hw.gpus_per_host else "nodes"
         if len(result.closest):
-            # more GPUs cannot keep a pinned DP (the degrees multiply to the count): the scan frees it, say so
-            which = (" these pins" + (", DP left free" if "dp" in pins else "")) if pins else ""
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
-                      f"{which}: {min_gpus_text(result)}.")
+                      f"{' these pins' if pins else ''}: {min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     unfused = "" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)"
     out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "

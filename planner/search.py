@@ -376,7 +376,8 @@ def min_gpus_text(result: SearchResult) -> str:
     """The smallest GPU count that fits, or what the scan covered: it tries whole allocation units above the
     request, up to MAX_GPUS_TRIED."""
     if result.min_gpus_that_fit:
-        return f"{result.min_gpus_that_fit:,}"
+        # more GPUs cannot keep a pinned DP (the degrees multiply to the count): the scan frees it, so say so
+        return f"{result.min_gpus_that_fit:,}" + (" (DP left free)" if result.pins.dp is not None else "")
     top = scan_limit(result.hardware)
     if result.job.gpus >= top:
         return f"none tried: the scan for a larger count stops at {top:,} GPUs, not above the {result.job.gpus:,} asked"

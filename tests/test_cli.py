@@ -84,7 +84,10 @@ def test_the_smallest_count_that_fits_pins_says_a_pinned_dp_is_left_free():
                               "--recompute", "none", "--zero", "0"])
     assert res.exit_code == 1
     line = next(x for x in res.output.splitlines() if x.startswith("Smallest GPU count"))
-    assert "these pins, DP left free: 2,048." in line, line
+    assert "these pins: 2,048 (DP left free)." in line, line
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--dp", "4", "--micro-batch", "4",
+                              "--recompute", "none", "--zero", "0", "--format", "json"])
+    assert "min GPUs that fit: 2,048 (DP left free)" in res.stderr
     res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--micro-batch", "4", "--recompute", "none",
                               "--zero", "0"])
     assert "these pins: " in next(x for x in res.output.splitlines() if x.startswith("Smallest GPU count"))

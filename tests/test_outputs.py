@@ -351,26 +351,28 @@ def test_reports_name_what_the_user_can_change():
 
 def test_exports_price_the_rank_order_the_framework_launches():
     """The plan may place PP stages next to each other (tp-pp-dp): Megatron launches that with
-    --use-tp-pp-dp-mapping; torchtitan and DeepSpeed place PP outermost, so their export is priced in that order
-    (here 7.5% slower), and says so."""
+    --use-tp-pp-dp-mapping; DeepSpeed (and torchtitan) place PP outermost, so the export is priced in that order
+    and says so."""
     from dataclasses import replace
 
     from planner.export import best_supported
     from planner.search import repriced, run_search
 
-    pins = planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none")
-    mega = run_search("8b", 16, pins=replace(pins, zero_stage=1))
+    mega = run_search("8b", 16, pins=planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none",
+                                                  zero_stage=1))
     assert mega.table.iloc[0]["placement"] == "tp-pp-dp"
     text, notes = best_supported("megatron", mega)
     assert "--use-tp-pp-dp-mapping" in text and f"step {mega.table.iloc[0]['step_time_s']:.3g} s" in text
     assert notes == []
-    titan = run_search("8b", 16, pins=replace(pins, zero_stage=2))
-    ordered = repriced(titan, titan.table, replace(titan.runtime, rank_order="dp-pp")).iloc[0]
-    assert ordered["placement"] == "tp-dp-pp" and ordered["step_time_s"] > 1.05 * titan.table.iloc[0]["step_time_s"]
-    text, notes = best_supported("torchtitan", titan)
-    assert f"step {ordered['step_time_s']:.3g} s" in text
-    assert_mentions(" ".join(notes), "rank order tp-pp-dp", "cannot launch", "priced in torchtitan's rank order tp-dp-pp")
-    # the runtime knob itself: a fixed order is priced as that order, None takes the cheaper one
+    ds = run_search("8b", 16, pins=planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=1, recompute="none",
+                                                zero_stage=1))
+    assert ds.table.iloc[0]["placement"] == "tp-pp-dp"
+    ordered = repriced(ds, ds.table, replace(ds.runtime, rank_order="dp-pp")).iloc[0]
+    assert ordered["placement"] == "tp-dp-pp" and ordered["step_time_s"] > ds.table.iloc[0]["step_time_s"]
+    _, notes = best_supported("deepspeed", ds)
+    assert f"step {ordered['step_time_s']:.3g} s" in notes[1]
+    assert notes[0].startswith("priced in deepspeed's rank order tp-dp-pp (PP outermost): 0.5% slower than the "
+                               "table's tp-pp-dp")
     with pytest.raises(planner.PlannerError, match="^rank_order: got 'pp-tp'"):
         planner.Runtime(rank_order="pp-tp")
 
@@ -388,3 +390,36 @@ def test_exports_say_which_attention_the_plan_priced():
     assert "# attention: the plan priced unfused attention" in titan.stdout and "less activation memory" in titan.stdout
     ds = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "deepspeed"])
     assert "attention kernels come from the model code: the plan priced unfused attention" in ds.stderr
+
+
+def test_a_search_prices_pp_next_to_tp_only_where_a_framework_launches_it():
+    """PP next to TP (tp-pp-dp) is Megatron's --use-tp-pp-dp-mapping: not with CP, and ZeRO-2/3 under PP runs only
+    in torchtitan (PP outermost). Elsewhere the cheaper order; a forced order is priced as given, except where
+    PP or DP is 1 and both orders are one."""
+    from planner.search import run_search
+
+    t = run_search("70b", 256, hardware="a100-80gb").table
+    order = t["placement"].str.endswith("pp-dp")
+    assert order.any()                                               # the cheaper order does get used
+    blocked = (t["cp"] > 1) | ((t["zero_stage"] >= 2) & (t["pp"] > 1)) | (t["pp"] == 1) | (t["dp"] == 1)
+    assert not (order & blocked).any()
+    layout = dict(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none", zero_stage=1)
+    steps = {o: planner.evaluate("8b", 16, runtime=planner.Runtime(rank_order=o), **layout).step_time_s
+             for o in ("dp-pp", "pp-dp")}
+    assert steps["dp-pp"] > 1.05 * steps["pp-dp"]                    # interleaving's P2P: NVLink vs the NICs
+    assert planner.evaluate("8b", 16, **layout).step_time_s == pytest.approx(steps["pp-dp"])
+    fsdp = planner.evaluate("8b", 16, **{**layout, "zero_stage": 2})   # ZeRO-2 under PP: torchtitan's order only
+    assert fsdp.placement == "tp-dp-pp"
+    one_stage = planner.evaluate("8b", 8, tp=1, pp=1, dp=8, runtime=planner.Runtime(rank_order="pp-dp"))
+    assert one_stage.placement == "tp-dp-pp"
+    # a library caller's forced order that Megatron cannot launch is said, not flagged
+    from planner.export import best_supported, export
+
+    forced = run_search("8b", 64, hardware="a100-40gb", pins=planner.Pins(cp=2, pp=2),
+                        runtime=planner.Runtime(rank_order="pp-dp"))
+    row = forced.table.iloc[0]
+    assert row["placement"] == "tp-cp-pp-dp"
+    text, _ = export("megatron", row, forced.model, forced.job, forced.runtime)
+    assert "--use-tp-pp-dp-mapping" not in text and "which megatron cannot launch" in text
+    text, notes = best_supported("megatron", forced)                # priced again in an order it launches
+    assert "--use-tp-pp-dp-mapping" not in text and "cannot launch" not in text

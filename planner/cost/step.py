@@ -29,7 +29,7 @@ from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import (DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime,
-                                     recompute_codes)
+                                     pp_next_launchable, recompute_codes)
 
 TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
@@ -216,8 +216,11 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd,
                             stage_bwd, stage_comp + stage_tp + stage_cp, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
-    if runtime.rank_order is not None:
+    if runtime.rank_order is None:      # PP next to TP only where a framework can launch it
+        pick_dp_inner = pick_dp_inner | ~pp_next_launchable(cp, p, z)
+    else:
         pick_dp_inner = np.full(np.shape(pick_dp_inner), runtime.rank_order == "dp-pp")
+    pick_dp_inner = pick_dp_inner | (p == 1) | (d == 1)     # one order when either degree is 1: call it dp-pp
     pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 

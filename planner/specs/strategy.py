@@ -31,6 +31,13 @@ ZERO3_GATHER_UNITS = ("layer", "matrix")     # ZeRO-3 gathers per layer (FSDP bl
 # Rank orders after TP (and CP): DP next, PP outermost (Megatron's default tp-cp-ep-dp-pp, torchtitan's mesh
 # [pp, dp, cp, tp], DeepSpeed's [pipe, data, model]), or PP next (Megatron --use-tp-pp-dp-mapping).
 RANK_ORDERS = ("dp-pp", "pp-dp")
+
+
+def pp_next_launchable(cp, pp, zero):
+    """Where PP may sit next to TP (rank order pp-dp): only Megatron launches it (--use-tp-pp-dp-mapping), and not
+    with CP or EP (validate_args: "context_parallel and expert_model_parallel can't be used with tp-pp-dp
+    mapping"), nor with ZeRO-2/3 under PP, which only torchtitan runs (PP outermost). Arrays broadcast."""
+    return (np.asarray(cp) == 1) & ~((np.asarray(zero) >= 2) & (np.asarray(pp) > 1))
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
@@ -143,8 +150,8 @@ class Runtime:
     dp_bucket_bytes: float = 160e6      # gradient buckets: Megatron DDP 40M fp32 elements (PyTorch DDP: 25 MB)
     zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
-    rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) when the framework fixes it; None: the
-                                        # cheaper of the two for each layout (Megatron can run either)
+    rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
+                                        # of the two where some framework launches pp-dp (pp_next_launchable)
 
     def __post_init__(self):
         gen, fa = self.flash_attention_gen, self.flash_attention
