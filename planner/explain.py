@@ -104,7 +104,15 @@ def placement_lines(row, hw) -> list[str]:
                  f"inside one node, on {link}." if nodes == 1 else
                  f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
                  f"across {nodes} nodes, {k} ranks per node: {link} inside, then the NICs."))
-    lines.append(f"PP ({p}): " + ("no pipeline." if p == 1 else
-                 "stage boundaries cross nodes: P2P over the NICs." if pp_crosses_nodes(t, p, d, dp_inner, g, c) else
-                 f"neighbouring stages share a node: P2P on {link}."))
+    if p == 1:
+        lines.append(f"PP ({p}): no pipeline.")
+    elif pp_crosses_nodes(t, p, d, dp_inner, g, c):
+        stride = int(placement_strides(t, p, d, dp_inner, c)[1])
+        crossing = sum((i * stride) // g != ((i + 1) * stride) // g for i in range(p - 1))
+        lines.append(f"PP ({p}): " + ("every stage boundary crosses nodes: P2P over the NICs." if crossing == p - 1 else
+                     f"{crossing} of {p - 1} stage boundaries {'crosses' if crossing == 1 else 'cross'} nodes: P2P "
+                     "over the NICs there (the slowest "
+                     f"boundary paces the pipeline), on {link} elsewhere."))
+    else:
+        lines.append(f"PP ({p}): neighbouring stages share a node: P2P on {link}.")
     return lines

@@ -87,6 +87,16 @@ def to_csv(result: SearchResult, top: int) -> str:
     return table.head(top).to_csv(index=False)
 
 
+def _fmt_params(n: float) -> str:
+    """405.9B, 8.0B; below a billion in millions (GPT-2's 124M, not 0.1B)."""
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def _fmt_step(x: float) -> str:
+    """Step seconds to two decimals, or three significant figures below a second (0.0612, not 0.06)."""
+    return f"{x:.2f}" if x >= 1 else f"{x:.3g}"
+
+
 def _fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k"
 
@@ -106,7 +116,7 @@ def layouts_table(df, title: str) -> Table:
         t.add_row(str(i), str(r["tp"]), *((str(r["cp"]),) if cp else ()), str(r["pp"]), str(r["dp"]),
                   str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
-                  recompute_label(r), str(r["zero_stage"]), mem, dominant, f"{r['step_time_s']:.2f}",
+                  recompute_label(r), str(r["zero_stage"]), mem, dominant, _fmt_step(r['step_time_s']),
                   _fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}", *extra)
     return t
 
@@ -122,7 +132,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
                   "rows.")
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
-    head = (f"{m.name} ({total_params(m) / 1e9:.1f}B params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
+    head = (f"{m.name} ({_fmt_params(total_params(m))} params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
             f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({_binary_count(job.tokens_per_step)} tokens); "
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
@@ -162,7 +172,7 @@ def print_breakdown(ev, out: Console) -> None:
         verdict += (f" (it is under the {hbm:.1f} GiB of HBM, inside the {hbm - ev.capacity_gib:.1f} GiB kept free "
                     f"for fragmentation: tight; --headroom-gib 0 accepts it)")
     out.print(f"[bold]{m.name} on {res.job.gpus} x {hw.name}: {layout_label(r)}[/bold]")
-    out.print(f"Memory per GPU (most loaded stage: {r['peak_stage']}): {r['memory_gib']:.1f} GiB of "
+    out.print(f"Memory per GPU (most loaded stage: {r['peak_stage']}, counting from 0): {r['memory_gib']:.1f} GiB of "
               f"{ev.capacity_gib:.1f} GiB usable -> {verdict}; dominated by {ev.dominant_memory}.")
     mt = Table(header_style="bold", title=f"Memory per GPU against {hbm:.1f} GiB of HBM", title_justify="left")
     for col in ("part", "GiB", "share", f"of HBM ({_BAR} = {hbm / _BAR_WIDTH:.1f} GiB)"):
@@ -370,7 +380,7 @@ def summary_table(df, title: str, first: str) -> Table:
             why = f"{r.get('status', '-')}: {r['reason']}" if r.get("reason") else r.get("status", "-")
             t.add_row(key, why, *["-"] * (len(cols) - 2))
             continue
-        cells = [key, layout_label(r), f"{r['memory_gib']:.1f}", f"{r['step_time_s']:.2f}",
+        cells = [key, layout_label(r), f"{r['memory_gib']:.1f}", _fmt_step(r['step_time_s']),
                  _fmt_rate(r["tokens_per_s"]), f"{r['mfu']:.1%}"]
         if first == "GPUs":
             cells.append(f"{r['scaling_efficiency']:.0%}")

@@ -423,3 +423,18 @@ def test_a_search_prices_pp_next_to_tp_only_where_a_framework_launches_it():
     assert "--use-tp-pp-dp-mapping" not in text and "which megatron cannot launch" in text
     text, notes = best_supported("megatron", forced)                # priced again in an order it launches
     assert "--use-tp-pp-dp-mapping" not in text and "cannot launch" not in text
+
+
+def test_small_numbers_and_partial_pipeline_crossings_are_shown_as_they_are():
+    """GPT-2 is 124M params, not '0.1B'; a 0.06 s step keeps three figures; a pipeline whose PP group spans two
+    nodes has one boundary on the NICs, not all of them."""
+    from planner.explain import placement_lines
+    from planner.report import _fmt_params, _fmt_step
+
+    assert _fmt_params(124_439_808) == "124M" and _fmt_params(405.9e9) == "405.9B"
+    assert _fmt_step(0.05812) == "0.0581" and _fmt_step(264.314) == "264.31"
+    hw = planner.load_hardware("h100-sxm")
+    row = {"tp": 4, "cp": 1, "pp": 4, "dp": 4, "placement": "tp-pp-dp"}
+    assert "1 of 3 stage boundaries crosses nodes" in placement_lines(row, hw)[-1]
+    assert "every stage boundary crosses nodes" in placement_lines({**row, "placement": "tp-dp-pp"}, hw)[-1]
+    assert "neighbouring stages share a node" in placement_lines({**row, "tp": 2}, hw)[-1]

@@ -135,6 +135,11 @@ def test_hf_sliding_window_bounds_the_sequence(tmp_path):
     with pytest.raises(PlannerError) as info:
         make_job(m, 8, seq_len=8192)
     assert info.value.field == "--seq-len" and "sliding window" in info.value.message
+    # a model whose own default sequence outruns its window: the error names that, not a flag nobody gave
+    from dataclasses import replace
+    with pytest.raises(PlannerError) as info:
+        make_job(replace(m, seq_len=8192), 8)
+    assert info.value.field == "seq_len" and "give --seq-len 4,096 or less" in info.value.message
     assert load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen")).sliding_window is None
     on = {**QWEN2_05B_CONFIG, "use_sliding_window": True, "sliding_window": 2048}
     assert load_model(write_config(tmp_path, on, "qwen_on")).sliding_window == 2048
