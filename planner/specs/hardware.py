@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -78,6 +78,17 @@ class _Node(_Strict):
             raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node ({self.gpus_per_node})")
         if self.inter_node.topology != "switch":
             raise ValueError("inter_node.topology: only the intra-node fabric can be a mesh; expected switch")
+        # Each link takes its bandwidth in its own unit; the other link's key would be silently unused.
+        if self.intra_node.bandwidth_gbit_per_s_per_gpu_per_direction is not None:
+            raise ValueError("intra_node.bandwidth_gbit_per_s_per_gpu_per_direction: the in-node fabric is given in "
+                             "GB/s per GPU per direction; expected intra_node.bandwidth_gb_per_s_per_direction")
+        if self.inter_node.bandwidth_gb_per_s_per_direction is not None:
+            raise ValueError("inter_node.bandwidth_gb_per_s_per_direction: the network is given as the NIC speed in "
+                             "Gbit/s per GPU per direction; expected inter_node.bandwidth_gbit_per_s_per_gpu_per_direction")
+        if self.intra_node.bandwidth_gb_per_s_per_direction is None:
+            raise ValueError("intra_node.bandwidth_gb_per_s_per_direction: required field is missing")
+        if self.inter_node.bandwidth_gbit_per_s_per_gpu_per_direction is None:
+            raise ValueError("inter_node.bandwidth_gbit_per_s_per_gpu_per_direction: required field is missing")
         return self
 
 
@@ -199,13 +210,7 @@ class HardwareSpec:
 
     @classmethod
     def from_file(cls, f: HardwareFile) -> "HardwareSpec":
-        intra, inter = f.node.intra_node, f.node.inter_node
-        if intra.bandwidth_gb_per_s_per_direction is None:
-            raise PlannerError(f"hardware {f.name}: node.intra_node.bandwidth_gb_per_s_per_direction",
-                               "required field is missing")
-        if inter.bandwidth_gbit_per_s_per_gpu_per_direction is None:
-            raise PlannerError(f"hardware {f.name}: node.inter_node.bandwidth_gbit_per_s_per_gpu_per_direction",
-                               "required field is missing")
+        intra, inter = f.node.intra_node, f.node.inter_node      # each with its own bandwidth key (_Node checks)
         peaks = tuple((k, v * 1e12) for k, v in f.gpu.peak_tflops_dense.model_dump().items() if v is not None)
         return cls(
             name=f.name,
@@ -283,7 +288,11 @@ def load_hardware_file(path: Path) -> HardwareSpec:
 @lru_cache(maxsize=64)
 def _load_hardware_file(path: Path, version) -> HardwareSpec:
     data = read_mapping(path, "--hardware")
-    return HardwareSpec.from_file(validate(HardwareFile, data, f"hardware file {path.name}"))
+    spec = HardwareSpec.from_file(validate(HardwareFile, data, f"hardware file {path.name}"))
+    if path.parent.resolve() != hardware_dir().resolve() and spec.name.lower() in _bundled():
+        # a user's copy of a bundled profile that kept its name: say whose numbers these are in every report
+        spec = replace(spec, name=f"{spec.name} ({path.name})")
+    return spec
 
 
 def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:

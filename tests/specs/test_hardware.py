@@ -109,6 +109,13 @@ def test_edited_hardware_yaml_is_re_read(tmp_path):
     ("gpus_per_node: 8\n", "gpus_per_node: 8.0\n", "node.gpus_per_node"),
     ("tdp_w: 700", "tdp_w: '700'", "gpu.tdp_w"),
     ("gemm_fraction_of_peak: 0.56", "gemm_fraction_of_peak: '0.56'", "efficiency.gemm_fraction_of_peak"),
+    # each link takes its bandwidth in its own unit: the other link's key was silently unused
+    ("bandwidth_gbit_per_s_per_gpu_per_direction: 400", "bandwidth_gbit_per_s_per_gpu_per_direction: 400\n"
+     "    bandwidth_gb_per_s_per_direction: 5", "expected inter_node.bandwidth_gbit_per_s_per_gpu_per_direction"),
+    ("bandwidth_gbit_per_s_per_gpu_per_direction: 400", "bandwidth_gb_per_s_per_direction: 50",
+     "expected inter_node.bandwidth_gbit_per_s_per_gpu_per_direction"),
+    ("bandwidth_gbit_per_s_per_gpu_per_direction: 400\n", "",
+     "bad.yaml: node: inter_node.bandwidth_gbit_per_s_per_gpu_per_direction: required field is missing"),
 ])
 def test_bad_user_yaml_raises_naming_the_field(tmp_path, old, new, field):
     text = h100_text()
@@ -174,3 +181,17 @@ def test_smallest_fitting_gpu_count_steps_in_allocation_units():
         assert len(run_search("405b", count, hardware=hw).table) > 0
         assert len(run_search("405b", count - unit, hardware=hw, find_min_gpus=False).table) == 0
     assert run_search("405b", 8, hardware="h100-sxm").min_gpus_that_fit == h1.min_gpus_that_fit
+
+
+def test_a_copy_of_a_bundled_profile_that_keeps_its_name_is_told_apart(tmp_path):
+    """A user's edited h100-sxm.yaml with the name unchanged was reported as h100-sxm (and a comparison with the
+    bundled one refused as 'the same profile'): its file name now goes with the name."""
+    path = tmp_path / "h100copy.yaml"
+    path.write_text(h100_text().replace("bandwidth_gbit_per_s_per_gpu_per_direction: 400",
+                                        "bandwidth_gbit_per_s_per_gpu_per_direction: 100"))
+    hw = load_hardware(str(path))
+    assert hw.name == "h100-sxm (h100copy.yaml)" and rel(hw.inter_bw_bytes_per_s, 12.5e9) < 1e-12
+    assert load_hardware("h100-sxm").name == "h100-sxm"
+    from planner import compare_hardware
+    df = compare_hardware("8b", 64, ["h100-sxm", str(path)])
+    assert set(df["hardware"]) == {"h100-sxm", "h100-sxm (h100copy.yaml)"}
