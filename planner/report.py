@@ -208,9 +208,9 @@ def print_breakdown(ev, out: Console) -> None:
         for line in tips:
             out.print(f"  {line}")
     elif ev.fits:
-        out.print("No single-knob change (recompute, SP, ZeRO, VPP, micro-batch) is faster and still fits.")
+        out.print("No single-knob change (recompute, SP, ZeRO, VPP, CP for DP, micro-batch) is faster and still fits.")
     else:
-        out.print("No single-knob change makes it fit: add GPUs or pipeline stages (try the search without pins).")
+        out.print("No single-knob change makes it fit: search without pins (another TP, PP or CP split), or add GPUs.")
 
 
 _BAR, _BAR_WIDTH = "█", 40

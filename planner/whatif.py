@@ -39,13 +39,18 @@ def _variants(row, m) -> list[tuple[str, dict]]:
             if v != base["vpp"] and mid % v == 0:
                 out.append(_interleaved(base, v, mid // v, chunk))
     # Trade data parallelism for context parallelism (same GPUs): more micro-batches per pipeline and 1/CP of the
-    # activations per rank, for the K/V exchange.
-    if base["dp"] % 2 == 0:
-        out.append((f"CP {2 * base['cp']} with DP {base['dp'] // 2}", {**base, "cp": 2 * base["cp"],
-                                                                     "dp": base["dp"] // 2}))
-    if base["cp"] % 2 == 0:
-        out.append((f"CP {base['cp'] // 2} with DP {2 * base['dp']}", {**base, "cp": base["cp"] // 2,
-                                                                     "dp": 2 * base["dp"]}))
+    # activations per rank, for the K/V exchange; by any power of two the degrees allow (a 128K sequence may need
+    # CP 8 where CP 2 is not enough).
+    f = 2
+    while base["dp"] % f == 0:
+        out.append((f"CP {f * base['cp']} with DP {base['dp'] // f}", {**base, "cp": f * base["cp"],
+                                                                     "dp": base["dp"] // f}))
+        f *= 2
+    f = 2
+    while base["cp"] % f == 0:
+        out.append((f"CP {base['cp'] // f} with DP {f * base['dp']}", {**base, "cp": base["cp"] // f,
+                                                                     "dp": f * base["dp"]}))
+        f *= 2
     for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
         if mb >= 1:
             out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))

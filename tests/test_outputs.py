@@ -123,6 +123,21 @@ def test_whatif_suggestions_are_real_improvements():
         assert _best("405b", 512, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
 
 
+def test_whatif_trades_dp_for_cp_by_as_much_as_it_takes():
+    """8B at 131,072 tokens on 8 GPUs, DP 8: CP 2 is not enough (the advice was 'add GPUs or pipeline stages'),
+    CP 4 or 8 on the same GPUs fits, and the advice says so and holds when followed."""
+    from planner.whatif import suggestions
+
+    ev = _best("8b", 8, seq_len=131072, tp=1, pp=1, dp=8)
+    assert not ev.fits
+    tips = [t for t in suggestions(ev) if t.startswith("CP ")]
+    assert {t.split(":")[0] for t in tips} >= {"CP 4 with DP 2", "CP 8 with DP 1"}
+    layout = {k: ev.row[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
+                                     "recompute_layers", "zero_stage")}
+    for tip in tips:
+        assert _best("8b", 8, seq_len=131072, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
+
+
 def _knob_of(label: str) -> dict:
     """The pin a what-if label stands for ('full recompute', 'ZeRO-3', 'VPP 4 interleaving', ...)."""
     words = label.split()
