@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.cost.pipeline import bubble_ratio
 from planner.cost.step import TIME_PARTS
 from planner.specs.strategy import recompute_label as strategy_recompute_label
@@ -107,10 +109,16 @@ def placement_lines(row, hw) -> list[str]:
     if p == 1:
         lines.append(f"PP ({p}): no pipeline.")
     elif pp_crosses_nodes(t, p, d, dp_inner, g, c):
+        # every pipeline's boundaries (rank r + i·stride, r a first-stage rank): the one crossing most paces them all
         stride = int(placement_strides(t, p, d, dp_inner, c)[1])
-        crossing = sum((i * stride) // g != ((i + 1) * stride) // g for i in range(p - 1))
-        lines.append(f"PP ({p}): " + ("every stage boundary crosses nodes: P2P over the NICs." if crossing == p - 1 else
-                     f"{crossing} of {p - 1} stage boundaries {'crosses' if crossing == 1 else 'cross'} nodes: P2P "
+        ranks = np.arange(t * c * p * d)
+        first = ranks[(ranks // stride) % p == 0]
+        nodes = (first[:, None] + stride * np.arange(p)[None, :]) // g
+        per_pipeline = (nodes[:, 1:] != nodes[:, :-1]).sum(axis=1)
+        crossing, least = int(per_pipeline.max()), int(per_pipeline.min())
+        lines.append(f"PP ({p}): " + ("every stage boundary crosses nodes: P2P over the NICs." if least == p - 1 else
+                     f"{'' if least == crossing else 'up to '}{crossing} of {p - 1} stage boundaries "
+                     f"{'crosses' if crossing == 1 and least == crossing else 'cross'} nodes: P2P "
                      "over the NICs there (the slowest "
                      f"boundary paces the pipeline), on {link} elsewhere."))
     else:

@@ -89,12 +89,12 @@ def to_csv(result: SearchResult, top: int) -> str:
 
 def _fmt_params(n: float) -> str:
     """405.9B, 8.0B; below a billion in millions (GPT-2's 124M, not 0.1B)."""
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    return f"{n / 1e9:.1f}B" if n >= 999.5e6 else f"{n / 1e6:.3g}M"      # the unit after rounding: no "1000M"
 
 
 def _fmt_step(x: float) -> str:
     """Step seconds to two decimals, or three significant figures below a second (0.0612, not 0.06)."""
-    return f"{x:.2f}" if x >= 1 else f"{x:.3g}"
+    return f"{x:.2f}" if x >= 0.995 else f"{x:.3g}"                  # 0.9996 is "1.00", not "1"
 
 
 def _fmt_rate(x: float) -> str:

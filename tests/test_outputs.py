@@ -447,9 +447,13 @@ def test_small_numbers_and_partial_pipeline_crossings_are_shown_as_they_are():
     from planner.report import _fmt_params, _fmt_step
 
     assert _fmt_params(124_439_808) == "124M" and _fmt_params(405.9e9) == "405.9B"
-    assert _fmt_step(0.05812) == "0.0581" and _fmt_step(264.314) == "264.31"
+    assert _fmt_params(999.7e6) == "1.0B" and _fmt_params(300e3) == "0.3M"        # no "1000M", no "0M"
+    assert _fmt_step(0.05812) == "0.0581" and _fmt_step(264.314) == "264.31" and _fmt_step(0.9996) == "1.00"
     hw = planner.load_hardware("h100-sxm")
     row = {"tp": 4, "cp": 1, "pp": 4, "dp": 4, "placement": "tp-pp-dp"}
     assert "1 of 3 stage boundaries crosses nodes" in placement_lines(row, hw)[-1]
     assert "every stage boundary crosses nodes" in placement_lines({**row, "placement": "tp-dp-pp"}, hw)[-1]
     assert "neighbouring stages share a node" in placement_lines({**row, "tp": 2}, hw)[-1]
+    # 12 GPUs on 8-GPU nodes: the pipeline at ranks 0/6 stays in a node, the one at 2/8 crosses: the worst counts
+    odd = {"tp": 1, "cp": 2, "pp": 2, "dp": 3, "placement": "tp-cp-dp-pp"}
+    assert "up to 1 of 1 stage boundaries cross nodes" in placement_lines(odd, hw)[-1]

@@ -289,9 +289,10 @@ def load_hardware_file(path: Path) -> HardwareSpec:
 def _load_hardware_file(path: Path, version) -> HardwareSpec:
     data = read_mapping(path, "--hardware")
     spec = HardwareSpec.from_file(validate(HardwareFile, data, f"hardware file {path.name}"))
-    if path.parent.resolve() != hardware_dir().resolve() and spec.name.lower() in _bundled():
-        # a user's copy of a bundled profile that kept its name: say whose numbers these are in every report
-        spec = replace(spec, name=f"{spec.name} ({path.name})")
+    if path.resolve().parent != hardware_dir().resolve() and spec.name.lower() in _bundled():
+        # a user's copy of a bundled profile that kept its name: say whose numbers these are (the path as given,
+        # so two copies in different folders stay apart); a link to a bundled file is that file
+        spec = replace(spec, name=f"{spec.name} ({path})")
     return spec
 
 

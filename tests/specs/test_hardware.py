@@ -190,8 +190,17 @@ def test_a_copy_of_a_bundled_profile_that_keeps_its_name_is_told_apart(tmp_path)
     path.write_text(h100_text().replace("bandwidth_gbit_per_s_per_gpu_per_direction: 400",
                                         "bandwidth_gbit_per_s_per_gpu_per_direction: 100"))
     hw = load_hardware(str(path))
-    assert hw.name == "h100-sxm (h100copy.yaml)" and rel(hw.inter_bw_bytes_per_s, 12.5e9) < 1e-12
+    assert hw.name == f"h100-sxm ({path})" and rel(hw.inter_bw_bytes_per_s, 12.5e9) < 1e-12
     assert load_hardware("h100-sxm").name == "h100-sxm"
     from planner import compare_hardware
     df = compare_hardware("8b", 64, ["h100-sxm", str(path)])
-    assert set(df["hardware"]) == {"h100-sxm", "h100-sxm (h100copy.yaml)"}
+    assert set(df["hardware"]) == {"h100-sxm", f"h100-sxm ({path})"}
+    # two copies with one file name in two folders stay apart; a link to the bundled file is the bundled profile
+    (tmp_path / "b").mkdir()
+    other = tmp_path / "b" / "h100copy.yaml"
+    other.write_text(h100_text())
+    assert len(set(compare_hardware("8b", 64, [str(path), str(other)])["hardware"])) == 2
+    from planner.specs.hardware import hardware_dir
+    link = tmp_path / "link.yaml"
+    link.symlink_to(hardware_dir() / "h100-sxm.yaml")
+    assert load_hardware(str(link)).name == "h100-sxm"
