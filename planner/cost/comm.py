@@ -38,8 +38,12 @@ def placement_strides(tp, pp, dp, dp_inner, cp=1):
 
 
 def pp_crosses_nodes(tp, pp, dp, dp_inner, gpus_per_node, cp=1):
-    """True where pipeline neighbours sit on different nodes (the PP group does not fit in one node)."""
-    return placement_strides(tp, pp, dp, dp_inner, cp)[1] * np.asarray(pp) > gpus_per_node
+    """True where some pipeline's neighbouring stages sit on different nodes (the slowest pipeline paces the step):
+    a PP group lies in an aligned block of stride x PP ranks, which either outgrows a node or, when blocks do not
+    tile the nodes (16-rank blocks on 72-GPU NVL72 nodes), straddles a node boundary for some of the groups."""
+    block = placement_strides(tp, pp, dp, dp_inner, cp)[1] * np.asarray(pp)
+    world = np.asarray(tp) * np.asarray(cp) * np.asarray(pp) * np.asarray(dp)
+    return (block > gpus_per_node) | ((gpus_per_node % block != 0) & (world > gpus_per_node))
 
 
 def nested_span(inner_size, inner_stride, outer_size, outer_stride, hw: HardwareSpec, hierarchical=True):

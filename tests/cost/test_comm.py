@@ -133,6 +133,9 @@ def test_placement_strides_and_pp_crossing_by_hand():
     assert tuple(int(x) for x in placement_strides(2, 4, 64, False)) == (8, 2)
     assert pp_crosses_nodes(8, 16, 4, True, 8) and not pp_crosses_nodes(2, 4, 64, False, 8)
     assert pp_crosses_nodes(2, 4, 64, True, 8)           # DP next: PP ranks 128 apart
+    # 16-rank pipelines (TP4 PP4, PP next) on 72-GPU NVL72 nodes: the block at ranks 64-79 straddles the node edge
+    assert pp_crosses_nodes(4, 4, 9, False, 72) and not pp_crosses_nodes(4, 4, 4, False, 72)   # 64 GPUs: one node
+    assert not pp_crosses_nodes(4, 2, 9, False, 72)      # 8-rank blocks tile 72
 
 
 def test_node_phase_share_by_hand():
