@@ -325,23 +325,22 @@ def print_validation(preds, stats, out: Console, skipped: dict | None = None) ->
 def _money(x) -> str:
     if x != x:  # NaN: no price
         return "n/a"
-    units = ((1.0, "", 0), (1e3, "k", 0), (1e6, "M", 2), (1e9, "B", 2), (1e12, "T", 2))
-    i = max(j for j, (scale, _, _) in enumerate(units) if x >= scale or j == 0)
-    if i + 1 < len(units) and round(x / units[i][0], units[i][2]) >= 1000:
-        i += 1                                     # $999,996 is $1.00M, not $1000k
-    scale, unit, digits = units[i]
-    return f"${x / scale:.{digits}f}{unit}"
+    return "$" + _scaled(x, ((1.0, "", 0), (1e3, "k", 0), (1e6, "M", 2), (1e9, "B", 2), (1e12, "T", 2)))
 
 
 def _binary_count(n: int) -> str:
     """Tokens in the unit the batch flags use (powers of 1024): 16.00Mi, 24.00Ki, 512."""
-    units = ((1, ""), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi"))
-    i = max(j for j, (scale, _) in enumerate(units) if n >= scale or j == 0)
-    if i == 0:
-        return str(n)
-    if i + 1 < len(units) and round(n / units[i][0], 2) >= 1024:
-        i += 1                                     # 1,048,575 tokens are 1.00Mi, not 1024.00Ki
-    return f"{n / units[i][0]:.2f}{units[i][1]}"
+    return _scaled(n, ((1, "", 0), (2**10, "Ki", 2), (2**20, "Mi", 2), (2**30, "Gi", 2)))
+
+
+def _scaled(x, units) -> str:
+    """x in the largest of `units` ((scale, suffix, digits), ascending) it reaches, moved up one when the rounded
+    figure reaches the next unit: $999,996 is $1.00M, not $1000k; 1,048,575 tokens are 1.00Mi, not 1024.00Ki."""
+    i = max(j for j, (scale, _, _) in enumerate(units) if x >= scale or j == 0)
+    if i + 1 < len(units) and round(x / units[i][0], units[i][2]) * units[i][0] >= units[i + 1][0]:
+        i += 1
+    scale, unit, digits = units[i]
+    return f"{x / scale:.{digits}f}{unit}"
 
 
 def price_note(df) -> str | None:

@@ -22,7 +22,8 @@ from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
 from planner.specs.strategy import (KNOB_COLUMNS, LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE,
-                                    ZERO_STAGES, Job, Layout, Precision, Runtime, recompute_code, zero_code)
+                                    ZERO_STAGES, Job, Layout, Precision, Runtime, recompute_code, recompute_codes,
+                                    zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -234,8 +235,7 @@ def repriced(result: SearchResult, table, runtime: Runtime):
     """Rows of `result`'s table priced again under `runtime` (a framework's fixed rank order, say), best first.
     Memory does not depend on what changes here, so a fitting layout still fits."""
     cols = {KNOB_COLUMNS[k]: table[k].to_numpy() for k in LAYOUT_KNOBS}
-    cols["recompute"] = np.asarray([RECOMPUTE.index(r) for r in cols["recompute"]], dtype=np.int64)
-    cols["sp"] = cols["sp"].astype(bool)
+    cols["recompute"] = recompute_codes(cols["recompute"].astype(str))      # names -> codes, as the frame needs
     res = step_columns(result.model, result.hardware, result.job, cols, result.precision, runtime)
     return _rank(_rows_to_frame(cols, res, result.job, result.capacity_bytes))
 

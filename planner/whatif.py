@@ -41,16 +41,12 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     # Trade data parallelism for context parallelism (same GPUs): more micro-batches per pipeline and 1/CP of the
     # activations per rank, for the K/V exchange; by any power of two the degrees allow (a 128K sequence may need
     # CP 8 where CP 2 is not enough).
-    f = 2
-    while base["dp"] % f == 0:
-        out.append((f"CP {f * base['cp']} with DP {base['dp'] // f}", {**base, "cp": f * base["cp"],
-                                                                     "dp": base["dp"] // f}))
-        f *= 2
-    f = 2
-    while base["cp"] % f == 0:
-        out.append((f"CP {base['cp'] // f} with DP {f * base['dp']}", {**base, "cp": base["cp"] // f,
-                                                                     "dp": f * base["dp"]}))
-        f *= 2
+    for more, fewer in (("cp", "dp"), ("dp", "cp")):          # CP up from DP, then back down to DP
+        f = 2
+        while base[fewer] % f == 0:
+            v = {**base, more: base[more] * f, fewer: base[fewer] // f}
+            out.append((f"CP {v['cp']} with DP {v['dp']}", v))
+            f *= 2
     for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
         if mb >= 1:
             out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))
