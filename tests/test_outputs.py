@@ -1,10 +1,8 @@
-"""Launch-flag export, explain report, plots, notebook helpers and the examples script."""
+"""Explain report, what-if advice, plots, units, notebook helpers and the examples script."""
 
 import json
-import math
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,6 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app, main
-from planner.export import export, unsupported
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,68 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _best(model="405b", gpus=512, **pins):
     return planner.evaluate(model, gpus, **pins)
-
-
-def test_megatron_flags_match_megatron_lm_argument_names():
-    ev = _best(tp=8, pp=16, dp=4, vpp=1, recompute="selective", zero_stage=1, sequence_parallel=True)
-    text, notes = export("megatron", ev.row, ev.result.model, ev.result.job)
-    for flag in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16", "--sequence-parallel",
-                 "--recompute-granularity selective", "--use-distributed-optimizer", "--micro-batch-size 1",
-                 "--global-batch-size 2048", "--seq-length 8192",
-                 # 126 layers on 16 stages: Megatron's embedding/loss accounting, (126 + 2) / 16 = 8
-                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
-        assert flag in text, flag
-    ev = _best("gpt3-175b", 64, tp=8, pp=8, dp=1, vpp=3, recompute="full")
-    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
-    assert "--num-virtual-stages-per-pipeline-rank 3" in text
-    assert "--recompute-granularity full" in text and "--recompute-method uniform" in text
-
-
-def test_megatron_fsdp_for_zero_3():
-    ev = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=3)
-    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
-    assert "--use-megatron-fsdp" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
-
-
-def test_torchtitan_toml_has_the_job_config_keys():
-    ev = _best("70b", 64, tp=4, pp=2, dp=8, zero_stage=3, sequence_parallel=True)
-    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
-    doc = tomllib.loads(text)
-    par, ac, tr = doc["parallelism"], doc["activation_checkpoint"], doc["training"]
-    assert par["tensor_parallel_degree"] == 4 and par["pipeline_parallel_degree"] == 2
-    assert par["data_parallel_shard_degree"] == 8 and par["data_parallel_replicate_degree"] == 1
-    assert par["pipeline_parallel_schedule"] in ("1F1B", "Interleaved1F1B")
-    assert par["pipeline_parallel_microbatch_size"] == ev.row["micro_batch"]
-    assert ac["mode"] in ("none", "selective", "full")
-    assert tr["global_batch_size"] == ev.result.job.global_batch and tr["seq_len"] == 8192
-    # with PP, local_batch_size is a DP rank's share, split into pipeline micro-batches
-    assert tr["local_batch_size"] * 8 == tr["global_batch_size"]
-
-
-def test_deepspeed_json_keys_and_batch_arithmetic():
-    ev = _best("70b", 64, tp=4, pp=2, dp=8, zero_stage=1, vpp=1)
-    text, notes = export("deepspeed", ev.row, ev.result.model, ev.result.job)
-    cfg = json.loads(text)
-    assert set(cfg) >= {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                        "zero_optimization", "bf16"}
-    assert cfg["zero_optimization"]["stage"] == 1
-    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 8
-    assert any("PipelineModule(num_stages=2)" in n for n in notes)
-
-
-def test_export_picks_the_best_layout_the_framework_can_run(capsys):
-    res = runner.invoke(app, ["--model", "70b", "--gpus", "64", "--tp", "4", "--pp", "2", "--export", "deepspeed"])
-    assert res.exit_code == 0
-    cfg = json.loads(res.stdout)
-    assert cfg["zero_optimization"]["stage"] <= 1             # DeepSpeed: no ZeRO-2/3 with pipeline parallelism
-    row = {"pp": 2, "vpp": 1, "zero_stage": 1, "tp": 4, "sequence_parallel": True}
-    assert unsupported("deepspeed", {**row, "vpp": 2}) and unsupported("megatron", row) is None
-    # Megatron-FSDP (ZeRO-2/3) and pipeline parallelism do not combine; DeepSpeed's pipeline has no ZeRO-2/3.
-    assert unsupported("megatron", {**row, "zero_stage": 2}) and unsupported("deepspeed", {**row, "zero_stage": 3})
-    assert unsupported("megatron", {**row, "pp": 1, "zero_stage": 3}) is None
-    megatron = runner.invoke(app, ["--model", "70b", "--gpus", "512", "--export", "megatron"]).stdout
-    assert not ("--use-megatron-fsdp" in megatron and "--pipeline-model-parallel-size 1 " not in megatron)
-    assert_mentions(bad(capsys, "--model", "70b", "--gpus", "64", "--export", "jax"), "--export", "jax")
 
 
 def test_explain_report_shows_bars_bubble_placement_and_advice():
@@ -200,23 +135,6 @@ def test_examples_script_runs():
     assert "published runs" in res.stdout and "styled HTML table" in res.stdout
 
 
-@pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5),
-                                                  ("70b", 256, 4, 1), ("405b", 2048, 16, 1)])
-def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
-    """torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual stages (its pipeline split):
-    the export must give exactly PP x VPP of them, with the plan's layers per chunk (Llama 405B: 126 layers on
-    16 stages is Megatron's uneven (L + 2)/p split; 70B: 80/4 is even)."""
-    ev = _best(model, gpus, pp=pp, vpp=vpp)
-    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
-    par = tomllib.loads(text)["parallelism"]
-    slots = ev.result.model.layers + par["pipeline_parallel_first_stage_less_layers"] \
-        + par["pipeline_parallel_last_stage_less_layers"]
-    # without interleaving torchtitan splits the slots over PP stages itself: even exactly when PP divides them
-    per_stage = par.get("pipeline_parallel_layers_per_stage", slots // pp)
-    assert math.ceil(slots / per_stage) == pp * vpp and slots % (pp * vpp) == 0
-    assert per_stage == {(16, 8): 1, (16, 4): 2, (4, 5): 4, (4, 1): 20, (16, 1): 8}[(pp, vpp)]
-
-
 def test_whatif_numbers_use_the_evaluated_precision():
     """A what-if is the same evaluation with one knob changed: its memory must equal evaluating that variant with
     the same (non-default) precision."""
@@ -247,27 +165,6 @@ def test_tokens_budget_for_a_pinned_layout(capsys):
     assert doc["gpu_hours"] == pytest.approx(doc["time_to_train_days"] * 24 * 512, rel=1e-9)
     main(argv)
     assert "Training budget:" in capsys.readouterr().out
-
-
-def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported(capsys):
-    """Megatron asserts that TP communication overlap runs only with sequence parallelism: without SP the flag buys
-    nothing; with it, the step shrinks and the Megatron export carries --tp-comm-overlap."""
-    base = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "64", "--dp", "1", "--micro-batch", "1",
-            "--recompute", "full", "--zero", "0", "--vpp", "1"]
-
-    def step(*extra):
-        return json.loads(runner.invoke(app, base + list(extra) + ["--format", "json"]).stdout)["step_time_s"]
-    from planner.evaluate import evaluate
-    from planner.specs.strategy import Runtime
-    layout = dict(tp=8, pp=64, dp=1, micro_batch=1, recompute="full", zero_stage=0, vpp=1, sequence_parallel=False)
-    assert (evaluate("405b", 512, runtime=Runtime(tp_comm_overlap=True), **layout).row["step_time_s"]
-            == evaluate("405b", 512, **layout).row["step_time_s"])
-    assert_mentions(bad(capsys, *base, "--no-sequence-parallel", "--tp-comm-overlap"), "--tp-comm-overlap",
-                    "sequence parallelism")
-    assert step("--sequence-parallel", "--tp-comm-overlap") < step("--sequence-parallel")
-    megatron = runner.invoke(app, base + ["--sequence-parallel", "--tp-comm-overlap", "--export", "megatron"]).stdout
-    assert "--tp-comm-overlap" in megatron
-    assert "--tp-comm-overlap" not in runner.invoke(app, base + ["--sequence-parallel", "--export", "megatron"]).stdout
 
 
 def test_why_first_names_knobs_as_the_table_writes_them():
@@ -305,50 +202,6 @@ def test_token_and_money_units_scale():
     assert _binary_count(1_048_575) == "1.00Mi"
 
 
-def test_megatron_export_carries_the_model_and_the_plan():
-    """The flags come with the architecture they were planned for (Megatron's defaults are GeLU, LayerNorm,
-    learned positions, biases and tied embeddings, none of them Llama's) and the plan's own figures."""
-    ev = _best(tp=8, pp=16, dp=4, vpp=1, recompute="selective", zero_stage=1, sequence_parallel=True)
-    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
-    for flag in ("--num-layers 126", "--hidden-size 16384", "--ffn-hidden-size 53248", "--num-attention-heads 128",
-                 "--group-query-attention", "--num-query-groups 8", "--position-embedding-type rope",
-                 "--normalization RMSNorm", "--swiglu", "--disable-bias-linear",
-                 "--untie-embeddings-and-output-weights", "--max-position-embeddings 8192"):
-        assert flag in text, flag
-    assert f"step {ev.row['step_time_s']:.3g} s" in text and f"MFU {ev.row['mfu']:.1%}" in text
-    assert "--transformer-impl" not in text                       # Transformer Engine, Megatron's default
-    assert "--rotary-base" in text.splitlines()[1]                # RoPE: its base is the user's to add
-    gpt = _best("gpt3-175b", 1024, hardware="v100-sxm", tp=8, pp=16, dp=8, vpp=1)
-    text, _ = export("megatron", gpt.row, gpt.result.model, gpt.result.job, gpt.result.runtime, "fp16",
-                     gpt.result.hardware.fused_attention)
-    assert "--transformer-impl local" in text                     # TE needs sm80; V100 is sm70
-    assert "--rotary-base" not in text                            # learned positions: nothing to add
-    assert "--position-embedding-type learned_absolute" in text and "--normalization LayerNorm" in text
-    assert "--swiglu" not in text and "--disable-bias-linear" not in text
-
-
-def test_deepspeed_bf16_without_zero_is_not_exported_as_zero_0():
-    """DeepSpeed's bf16 without ZeRO runs BF16_Optimizer, which shards the optimizer state over DP: a priced
-    ZeRO-0 layout would not be what runs."""
-    from planner.export import unsupported
-
-    row = _best("8b", 64, tp=2, pp=4, dp=8, zero_stage=0, vpp=1).row
-    assert "BF16_Optimizer" in unsupported("deepspeed", row, "bf16")
-    assert unsupported("deepspeed", row, "fp16") is None            # FP16_Optimizer keeps it whole
-
-
-def test_export_files_and_reports_keep_to_their_streams(tmp_path):
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export", "megatron", "-o", str(tmp_path / "x.json")])
-    assert res.exit_code == 2 and "--export megatron writes shell arguments" in res.output
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export", "deepspeed", "-o", str(tmp_path / "x.toml")])
-    assert res.exit_code == 2 and "expected a .json name" in res.output
-    res = runner.invoke(app, ["--model", "405b", "--gpus", "64", "--export", "megatron"])
-    assert res.exit_code == 1 and res.stdout == ""                # nothing to export: the report goes to stderr
-    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4",
-                              "--recompute", "selective", "--micro-batch", "1", "--zero", "1", "--export", "megatron"])
-    assert res.exit_code == 1 and "with tp=8, cp=1, pp=16, dp=4" in res.stderr and "drop a pin" in res.stderr
-
-
 def test_reports_name_what_the_user_can_change():
     tight = ["--model", "405b", "--gpus", "8192", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2", "--vpp", "8",
              "--micro-batch", "1", "--recompute", "none", "--sequence-parallel", "--export", "megatron"]
@@ -362,82 +215,6 @@ def test_reports_name_what_the_user_can_change():
     assert "no price in the profile (--price-per-gpu-hour)" in res.output
     res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "1T", "--top", "2"])
     assert "Costs use the profile's Lambda on-demand price" in res.output
-
-
-def test_exports_price_the_rank_order_the_framework_launches():
-    """The plan may place PP stages next to each other (tp-pp-dp): Megatron launches that with
-    --use-tp-pp-dp-mapping; DeepSpeed (and torchtitan) place PP outermost, so the export is priced in that order
-    and says so."""
-    from dataclasses import replace
-
-    from planner.export import best_supported
-    from planner.search import repriced, run_search
-
-    mega = run_search("8b", 16, pins=planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none",
-                                                  zero_stage=1))
-    assert mega.table.iloc[0]["placement"] == "tp-pp-dp"
-    text, notes = best_supported("megatron", mega)
-    assert "--use-tp-pp-dp-mapping" in text and f"step {mega.table.iloc[0]['step_time_s']:.3g} s" in text
-    assert notes == []
-    ds = run_search("8b", 16, pins=planner.Pins(tp=1, pp=2, dp=8, micro_batch=1, vpp=1, recompute="none",
-                                                zero_stage=1))
-    assert ds.table.iloc[0]["placement"] == "tp-pp-dp"
-    ordered = repriced(ds, ds.table, replace(ds.runtime, rank_order="dp-pp")).iloc[0]
-    assert ordered["placement"] == "tp-dp-pp" and ordered["step_time_s"] > ds.table.iloc[0]["step_time_s"]
-    _, notes = best_supported("deepspeed", ds)
-    assert f"step {ordered['step_time_s']:.3g} s" in notes[1]
-    assert notes[0].startswith("priced in deepspeed's rank order tp-dp-pp (PP outermost): 0.5% slower than the "
-                               "table's tp-pp-dp")
-    with pytest.raises(planner.PlannerError, match="^rank_order: got 'pp-tp'"):
-        planner.Runtime(rank_order="pp-tp")
-
-
-def test_exports_say_which_attention_the_plan_priced():
-    """--no-flash-attention is Megatron's --attention-backend unfused; torchtitan always runs SDPA's fused kernels
-    and DeepSpeed's attention is the model's, so they say what the plan priced instead."""
-    unfused = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "megatron"])
-    assert "--attention-backend unfused" in unfused.stdout
-    assert "--attention-backend" not in runner.invoke(app, ["--model", "8b", "--gpus", "64", "--export",
-                                                            "megatron"]).stdout
-    fa1 = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--flash-attention-gen", "1", "--export", "megatron"])
-    assert "# attention: the plan priced FlashAttention-1-class kernels" in fa1.stdout
-    titan = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "torchtitan"])
-    assert "# attention: the plan priced unfused attention" in titan.stdout and "less activation memory" in titan.stdout
-    ds = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--no-flash-attention", "--export", "deepspeed"])
-    assert "attention kernels come from the model code: the plan priced unfused attention" in ds.stderr
-
-
-def test_a_search_prices_pp_next_to_tp_only_where_a_framework_launches_it():
-    """PP next to TP (tp-pp-dp) is Megatron's --use-tp-pp-dp-mapping: not with CP, and ZeRO-2/3 under PP runs only
-    in torchtitan (PP outermost). Elsewhere the cheaper order; a forced order is priced as given, except where
-    PP or DP is 1 and both orders are one."""
-    from planner.search import run_search
-
-    t = run_search("70b", 256, hardware="a100-80gb").table
-    order = t["placement"].str.endswith("pp-dp")
-    assert order.any()                                               # the cheaper order does get used
-    blocked = (t["cp"] > 1) | ((t["zero_stage"] >= 2) & (t["pp"] > 1)) | (t["pp"] == 1) | (t["dp"] == 1)
-    assert not (order & blocked).any()
-    layout = dict(tp=1, pp=2, dp=8, micro_batch=1, vpp=16, recompute="none", zero_stage=1)
-    steps = {o: planner.evaluate("8b", 16, runtime=planner.Runtime(rank_order=o), **layout).step_time_s
-             for o in ("dp-pp", "pp-dp")}
-    assert steps["dp-pp"] > 1.05 * steps["pp-dp"]                    # interleaving's P2P: NVLink vs the NICs
-    assert planner.evaluate("8b", 16, **layout).step_time_s == pytest.approx(steps["pp-dp"])
-    fsdp = planner.evaluate("8b", 16, **{**layout, "zero_stage": 2})   # ZeRO-2 under PP: torchtitan's order only
-    assert fsdp.placement == "tp-dp-pp"
-    one_stage = planner.evaluate("8b", 8, tp=1, pp=1, dp=8, runtime=planner.Runtime(rank_order="pp-dp"))
-    assert one_stage.placement == "tp-dp-pp"
-    # a library caller's forced order that Megatron cannot launch is said, not flagged
-    from planner.export import best_supported, export
-
-    forced = run_search("8b", 64, hardware="a100-40gb", pins=planner.Pins(cp=2, pp=2),
-                        runtime=planner.Runtime(rank_order="pp-dp"))
-    row = forced.table.iloc[0]
-    assert row["placement"] == "tp-cp-pp-dp"
-    text, _ = export("megatron", row, forced.model, forced.job, forced.runtime)
-    assert "--use-tp-pp-dp-mapping" not in text and "which megatron cannot launch" in text
-    text, notes = best_supported("megatron", forced)                # priced again in an order it launches
-    assert "--use-tp-pp-dp-mapping" not in text and "cannot launch" not in text
 
 
 def test_small_numbers_and_partial_pipeline_crossings_are_shown_as_they_are():
