@@ -16,6 +16,7 @@ is tested only where it holds (never weakened into something that cannot fail):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -227,6 +228,23 @@ def test_activations_never_increase_with_stronger_recompute(data, m, hw):
     if hw.fused_attention or layout["rc_layers"] == 0:
         assert acts[1] >= acts[2] * (1 - REL), (layout, acts)
     assert acts[2] > 0
+
+
+# --- faster hardware ------------------------------------------------------------------------------------------------
+
+@PROPS
+@given(data=st.data(), m=models(realistic=True), hw=st.sampled_from(HARDWARE),
+       field=st.sampled_from(["inter_bw_bytes_per_s", "intra_bw_bytes_per_s", "peak_flops", "hbm_bw_bytes_per_s"]),
+       factor=st.sampled_from([1.01, 1.25, 2.0, 8.0]))
+def test_step_never_slower_on_faster_hardware(data, m, hw, field, factor):
+    """A faster network, NVLink, GEMM peak or HBM never lengthens the step of a fixed layout: overlapped
+    communication slows compute per byte moved, so a link that moves the same bytes faster cannot disturb it more."""
+    layout, batch = data.draw(layouts(m), label="layout")
+    job = job_for(m, layout, batch)
+    faster = dataclasses.replace(hw, **{field: getattr(hw, field) * factor})
+    slow = float(step_columns(m, hw, job, cols_of(layout))["step_time_s"][0])
+    fast = float(step_columns(m, faster, job, cols_of(layout))["step_time_s"][0])
+    assert fast <= slow * (1 + REL), (field, factor, layout, slow, fast)
 
 
 # --- pipeline bubble -------------------------------------------------------------------------------------------------

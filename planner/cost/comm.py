@@ -82,29 +82,38 @@ def node_phase_share(span, hw: HardwareSpec, nbytes=1e12, count=1):
     return np.where(node + net > 0, node / np.maximum(node + net, 1e-300), 1.0)
 
 
-def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, ring=False):
-    """Share of overlapped communication time that still delays compute (Calculon's processor_usage): each link
-    slows the compute beside it for as long as it is busy, at the profile's NVLink or network value. A hierarchical
-    collective runs its phases one after the other: the values mixed by node_phase_share. A ring exchange (CP) that
-    leaves the node moves each step over NVLink and NICs at once and waits for the NIC (ring_exchange_time_s): a
-    rank on an NVLink hop is busy W_net/W_node of the step, so the slower rank sets max(u_net, u_node·W_net/W_node),
-    the network value itself (network_overlap_slowdown)."""
+def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, ring=False, size=None):
+    """Share of an overlapped collective's time that still delays compute (Calculon's processor_usage), for a
+    collective of `nbytes` in `count` calls, `rounds` 1 (RS/AG) or 2 (all-reduce). Inside a node: the profile's
+    NVLink value over the whole time. Across nodes the network phase slows compute by the profile's network value
+    per second, but at least by the NVLink value per byte moved: the GPU copies and reduces the same bytes either
+    way, only W_net/W_node as fast, so a network phase cannot disturb compute less per byte than NVLink. Charged per
+    byte, that floor covers the bandwidth time only (not the step latencies, during which no bytes move): a faster
+    NIC moves the same bytes in less time and never slows compute more. A hierarchical collective runs its phases
+    one after the other and each brings its own. A ring exchange (CP) that leaves the node waits for its NIC hop at
+    every step (ring_exchange_time_s): the NVLink-hop ranks are busy W_net/W_node of each step's transfer, the NIC
+    rank at the network value: the slower rank sets the pace (`size`: the ring's ranks, by default k·M)."""
     nodes = np.asarray(span[1])
+    u_node = hw.overlap_slowdown_intra
     if np.all(nodes <= 1):
-        return np.full(nodes.shape, hw.overlap_slowdown_intra)
-    net = network_overlap_slowdown(hw)
+        return np.full(nodes.shape, u_node)
+    per_byte = u_node * _network_byte_ratio(hw)
     if ring:
-        return np.where(nodes > 1, net, hw.overlap_slowdown_intra)
-    share = node_phase_share(span, hw, nbytes, count)
-    return np.where(nodes > 1, share * hw.overlap_slowdown_intra + (1 - share) * net, hw.overlap_slowdown_intra)
+        bw, lat = _ring_parts(nbytes, np.asarray(span[0]) * nodes if size is None else size, nodes > 1, hw)
+        busy = np.maximum(hw.overlap_slowdown_inter * (bw + lat), per_byte * bw)
+        return np.where(nodes > 1, busy / np.maximum(bw + lat, 1e-300), u_node)
+    k = np.asarray(span[0])
+    node, net = _phase_times(nbytes, span, hw, count, rounds)
+    lat_node, lat_net = (count * x for x in _latency_parts(k, nodes, hw, rounds, rounds == 2))
+    busy = u_node * (node + lat_node) + np.maximum(hw.overlap_slowdown_inter * (net + lat_net), per_byte * net)
+    total = node + net + lat_node + lat_net
+    return np.where(nodes > 1, busy / np.maximum(total, 1e-300), u_node)
 
 
-def network_overlap_slowdown(hw: HardwareSpec):
-    """Slowdown while a GPU's bytes cross the network: the profile's network value, but at least the NVLink value
-    scaled by the bandwidth ratio: the GPU copies and reduces the same bytes either way (SMs and HBM busy in
-    proportion), only W_net/W_node as fast, so a network phase cannot disturb compute less per byte than NVLink."""
+def _network_byte_ratio(hw: HardwareSpec):
+    """W_net/W_node: how much longer the in-node fabric would take to move a byte the network moves."""
     w_node, w_net = _bandwidths(hw)
-    return max(hw.overlap_slowdown_inter, hw.overlap_slowdown_intra * w_net / w_node)
+    return w_net / w_node
 
 
 def _bandwidths(hw: HardwareSpec):
@@ -125,13 +134,17 @@ def node_bandwidth(k, hw: HardwareSpec):
     return w_node * np.clip(np.asarray(k, dtype=float) - 1, 1, links) / links
 
 
-def _latency(k, nodes, hw: HardwareSpec, rounds, tree):
-    """NCCL-style latency: base + steps × per-step latency; `rounds` is 1 for RS/AG, 2 for all-reduce."""
+def _latency_parts(k, nodes, hw: HardwareSpec, rounds, tree):
+    """NCCL-style latency, (in-node, network): base + steps × per-step latency; `rounds` is 1 for RS/AG, 2 for
+    all-reduce. The in-node steps are the NVLink phase's, the cross-node steps the network's, and the launch goes
+    with the first phase (the network's when the group has one GPU per node)."""
+    k = np.asarray(k)
     net_steps = rounds * (nodes - 1)
     if tree:
         net_steps = np.minimum(net_steps, rounds * np.ceil(np.log2(np.maximum(nodes, 1))))
-    return (hw.collective_base_latency_s + rounds * (k - 1) * hw.intra_step_latency_s
-            + net_steps * hw.inter_step_latency_s)
+    base = hw.collective_base_latency_s
+    return (np.where(k > 1, base, 0.0) + rounds * (k - 1) * hw.intra_step_latency_s,
+            np.where(k > 1, 0.0, base) + net_steps * hw.inter_step_latency_s)
 
 
 def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
@@ -161,7 +174,7 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     """
     k, nodes = span if span is not None else _span(size, stride, hw, hierarchical)
     node, net = _phase_times(nbytes, (k, nodes), hw, count, rounds)
-    t = node + net + count * _latency(k, nodes, hw, rounds, rounds == 2)
+    t = node + net + count * sum(_latency_parts(k, nodes, hw, rounds, rounds == 2))
     return np.where(np.asarray(size) > 1, t, 0.0)
 
 
@@ -189,12 +202,18 @@ def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec):
     help, unlike a hierarchical all-gather)."""
     size = np.asarray(size)
     _, nodes = group_span(size, stride, hw.gpus_per_node)
+    bw, lat = _ring_parts(nbytes, size, nodes > 1, hw)
+    return np.where(size > 1, bw + lat, 0.0)
+
+
+def _ring_parts(nbytes, size, cross, hw: HardwareSpec):
+    """(bandwidth, latency) time of a ring exchange: (size − 1)·S/size/W over the slowest hop, and the launch plus
+    size − 1 step latencies."""
     w_node, w_net = node_bandwidth(2, hw), _bandwidths(hw)[1]       # each step goes to one neighbour
-    cross = nodes > 1
-    step = np.asarray(nbytes, dtype=float) / np.maximum(size, 1) / np.where(cross, w_net, w_node)
-    lat = np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)
-    t = hw.collective_base_latency_s + (size - 1) * (step + lat)
-    return np.where(size > 1, t, 0.0)
+    steps = np.maximum(np.asarray(size) - 1, 0)
+    bw = steps * np.asarray(nbytes, dtype=float) / np.maximum(size, 1) / np.where(cross, w_net, w_node)
+    lat = hw.collective_base_latency_s + steps * np.where(cross, hw.inter_step_latency_s, hw.intra_step_latency_s)
+    return bw, lat
 
 
 def p2p_time_s(nbytes, cross_node, hw: HardwareSpec):

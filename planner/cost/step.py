@@ -119,7 +119,8 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # all-gather behind the data-gradient GEMM) (Korthikanti §4.2.2).
     hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
     bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
-    u = comm.overlap_slowdown(tp_group, hw, 2 * act_bytes)      # NVLink unless --allow-cross-node-tp
+    u = np.where(sp, comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2),      # NVLink unless
+                 comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2, rounds=2))  # --allow-cross-node-tp
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
     tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
     return fwd, bwd + recompute, tp_fwd, tp_bwd
@@ -144,7 +145,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw) if hide
                 else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
     attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
-    u = comm.overlap_slowdown(group, hw, kv_bytes, ring=hide)
+    u = comm.overlap_slowdown(group, hw, kv_bytes, ring=hide, size=cp)
     cp_fwd = _exposed(exchange, attn, u) if hide else exchange
     f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
     again = (rc == 1) | (rc == 2)                      # attention recomputed: the exchange repeats
@@ -300,21 +301,26 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
     # A hierarchical collective spends part of its time on NVLink, which slows overlapped compute like any in-node
     # collective, and the rest on the network: each phase brings its own slowdown (no scaling past 100%).
-    u = comm.overlap_slowdown(group, hw, grad_bytes, buckets)
-    gather = np.maximum(_exposed(ag, hide_params, u), ag / edge)
-    plain = np.maximum(_exposed(ar, hide_grads, u), ar / edge)      # DDP: all-reduce after the last backward
-    reduce = np.maximum(_exposed(rs, hide_grads, u), rs / edge)
+    u_rs = comm.overlap_slowdown(group, hw, grad_bytes, buckets)
+    u_ag = comm.overlap_slowdown(group, hw, param_bytes, buckets)
+    u_ar = comm.overlap_slowdown(group, hw, grad_bytes, buckets, rounds=2)
+    gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)
+    plain = np.maximum(_exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
+    reduce = np.maximum(_exposed(rs, hide_grads, u_rs), rs / edge)
     zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
     # gather and the last reduce-scatter.
-    reduce_each = np.maximum(_exposed(rs, stage_mb, u), rs / buckets)
+    reduce_each = np.maximum(_exposed(rs, stage_mb, u_rs), rs / buckets)
     zero2 = (num_mb - 1) * reduce_each + reduce + gather
     zero3_comm = 2 * ag3 + rs3
     zero3_edge = (ag3 + rs3) / units
+    # one window for both kinds: their slowdowns weighted by their time (exact while the window holds them all)
+    u3 = (2 * ag3 * comm.overlap_slowdown(group, hw, param_bytes, units)
+          + rs3 * comm.overlap_slowdown(group, hw, grad_bytes, units)) / np.maximum(zero3_comm, 1e-300)
     zero3 = num_mb * np.where(rt.overlap_param_gather,
-                              np.maximum(_exposed(zero3_comm, stage_mb, u), zero3_edge), zero3_comm)
+                              np.maximum(_exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
     dp_comm = np.where(replicas > 1, by_stage, 0.0)
     return pp_comm, dp_comm

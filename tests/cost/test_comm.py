@@ -187,9 +187,33 @@ def test_overlap_slowdown_by_hand():
     assert net == pytest.approx(0.1 * 47 / 369, rel=1e-12)                 # 0.0127: 47 of 369 GB/s
     assert overlap_slowdown((8, 1), HW) == u and overlap_slowdown((8, 1), HW, ring=True) == u
     share = node_phase_share((8, 8), HW)
-    assert 0 < share < 1 and overlap_slowdown((8, 8), HW) == pytest.approx(u * share + net * (1 - share))
-    assert overlap_slowdown((1, 8), HW) == pytest.approx(net)             # one GPU per node: all network
-    assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(net)
+    # 1 TB: the latencies are a few parts per million of the time
+    assert 0 < share < 1 and overlap_slowdown((8, 8), HW) == pytest.approx(u * share + net * (1 - share), rel=1e-5)
+    assert overlap_slowdown((1, 8), HW) == pytest.approx(net, rel=1e-5)    # one GPU per node: all network
+    assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(net, rel=1e-5)
+
+
+def test_network_overlap_slowdown_is_charged_per_byte_not_per_latency():
+    """A 1 MB all-gather over 8 nodes of one GPU each: 7/8·1 MB/W_net = 18.6 µs of bytes on the wire, 14 + 7 x 4 µs
+    of latency. The per-byte floor 0.1·W_net/W_node covers the 18.6 µs only (the profile's network value is 0), so
+    0.0127 x 18.6/60.6 = 0.0039 of the whole time. Charged over the latency too, a faster NIC (the same bytes in less
+    time at a proportionally higher per-second value) would slow compute more: a reviewer's 8B on 64 H100s was
+    0.02% faster with half the NIC bandwidth."""
+    from planner.cost.comm import overlap_slowdown
+    bw = 7 / 8 * 1e6 / W_NET
+    lat = BASE + 7 * A_INTER
+    assert bw == pytest.approx(18.6e-6, rel=1e-2) and lat == pytest.approx(42e-6)
+    expected = 0.1 * W_NET / W_NODE * bw / (bw + lat)
+    assert float(overlap_slowdown((1, 8), HW, nbytes=1e6)) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(0.0039, abs=5e-5)
+    # all-reduce (2 rounds, tree latency over 8 nodes: 2·log2 8 = 6 steps): twice the bytes, its own latency
+    bw2, lat2 = 2 * bw, BASE + 6 * A_INTER
+    assert float(overlap_slowdown((1, 8), HW, nbytes=1e6, rounds=2)) == pytest.approx(
+        0.1 * W_NET / W_NODE * bw2 / (bw2 + lat2), rel=1e-12)
+    # a CP ring of 16 over 2 nodes: 15 steps of S/16 on the NIC, 14 µs + 15 x 4 µs of latency
+    bw_r, lat_r = 15 * 1e6 / 16 / W_NET, BASE + 15 * A_INTER
+    assert float(overlap_slowdown((8, 2), HW, nbytes=1e6, ring=True, size=16)) == pytest.approx(
+        0.1 * W_NET / W_NODE * bw_r / (bw_r + lat_r), rel=1e-12)
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])

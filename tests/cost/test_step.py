@@ -191,11 +191,13 @@ def test_interleaved_dp_overlap_window_by_formula():
     rs = comm.reduce_scatter_time_s(params * 4, d, t, hw, count=buckets)
     ag = comm.all_gather_time_s(params * 2, d, t, hw, count=buckets)
     # DP ranks are 8 apart: one per node, all on the network, where the overlapped share that still slows compute
-    # is NVLink's 0.1 scaled by the bandwidth ratio, 47 / 369 GB/s
+    # is NVLink's 0.1 scaled by the bandwidth ratio, 47 / 369 GB/s, per byte: over the time the bytes take, not the
+    # latencies (per bucket 14 us + 15 network steps of 4 us)
     u = 0.1 * (400 / 8 * 0.94) / (450 * 0.82)
+    latency = buckets * (14e-6 + 15 * 4.0e-6)
 
     def exposed(comm_s, window_s):
-        return comm_s - min(comm_s, window_s) * (1 - u)
+        return comm_s - min(comm_s, window_s) * (1 - u * (comm_s - latency) / comm_s)
 
     for v, got in zip(vs, out["dp_comm_s"]):
         passes, edge = ((v - 1) * p / v, v) if v > 1 else (1.0, buckets)
