@@ -83,29 +83,44 @@ def bubble_line(row) -> str:
             f"time, {share:.1%} of the step ({row['bubble_s']:.3g} s).")
 
 
+def _spread(nodes: int, fewest: int, most: int, link: str) -> str:
+    """Where a group's ranks sit: one node, one rank per node, or k (or fewest-most) ranks on each of its nodes."""
+    if nodes == 1:
+        return f"inside one node, on {link}."
+    if most == 1:
+        return f"across {nodes} nodes, one rank per node: all on the NICs."
+    per = f"{most}" if fewest == most else f"{fewest}-{most}"
+    return f"across {nodes} nodes, {per} ranks per node: {link} inside, then the NICs."
+
+
 def placement_lines(row, hw) -> list[str]:
     """Which collectives stay inside a node (NVLink, or a mesh's links) and which cross nodes, for this layout's rank
     order."""
-    from planner.cost.comm import group_span, nested_span, placement_strides, pp_crosses_nodes
+    from planner.cost.comm import group_nodes, nested_span, placement_strides, pp_crosses_nodes
 
     t, c, p, d, g = int(row["tp"]), int(row["cp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
     dp_inner = row["placement"].endswith("dp-pp")
     lines = []
     link = "NVLink" if hw.intra_topology == "switch" else "the node's mesh links"     # MI300X: Infinity Fabric
-    k, nodes = (int(x) for x in group_span(t, 1, g))
+    world = t * c * p * d
+    if hw.domain_gpus > g:                             # HardwareSpec.for_job: the job fills segments of a domain
+        lines.append(f"{world} GPUs as {world // g} segments of {g} ({g // hw.alloc_gpus} hosts of {hw.alloc_gpus}), "
+                     f"each inside one {hw.domain_gpus}-GPU NVLink domain (Slurm --segment {g // hw.alloc_gpus}): "
+                     "a node below is a segment.")
+    nodes, _, _ = group_nodes(t, 1, g, world)
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
                  f"inside one node, on {link}." if nodes == 1 else f"spans {nodes} nodes: {link} inside, NICs across."))
     if c > 1:
-        k, nodes = (int(x) for x in group_span(c, t, g))
-        lines.append(f"CP ({c}): K/V exchange " + (f"inside one node, on {link}." if nodes == 1 else
-                     f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
-                     f"across {nodes} nodes, {k} ranks per node: {link} inside, then the NICs."))
-    k, nodes = (int(x) for x in nested_span(c, t, d, placement_strides(t, p, d, dp_inner, c)[0], hw))
+        lines.append(f"CP ({c}): K/V exchange " + _spread(*group_nodes(c, t, g, world), link))
+    dp_stride = int(placement_strides(t, p, d, dp_inner, c)[0])
     name = f"DP x CP ({d} x {c})" if c > 1 else f"DP ({d})"
-    lines.append(f"{name}: " + ("no gradient reduction." if d * c == 1 else
-                 f"inside one node, on {link}." if nodes == 1 else
-                 f"across {nodes} nodes, one rank per node: all on the NICs." if k == 1 else
-                 f"across {nodes} nodes, {k} ranks per node: {link} inside, then the NICs."))
+    if d * c == 1:
+        lines.append(f"{name}: no gradient reduction.")
+    elif c == 1 or dp_stride == t * c:                 # one group of d·c ranks: DP next to CP (or no CP)
+        lines.append(f"{name}: " + _spread(*group_nodes(d * c, t if c > 1 else dp_stride, g, world), link))
+    else:                                              # PP between CP and DP: nodes of whole CP groups
+        k, nodes = (float(x) for x in nested_span(c, t, d, dp_stride, hw, world=world))
+        lines.append(f"{name}: " + _spread(round(nodes), int(k), int(np.ceil(k)), link))
     if p == 1:
         lines.append(f"PP ({p}): no pipeline.")
     elif pp_crosses_nodes(t, p, d, dp_inner, g, c):

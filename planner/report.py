@@ -57,7 +57,7 @@ def result_document(result: SearchResult, top: int) -> dict:
     table = result.table.head(top)
     doc = {
         "model": {"name": result.model.name, "params": total_params(result.model)},
-        "hardware": {"name": result.hardware.name},
+        "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
         "gpus": result.job.gpus,
         "seq_len": result.job.seq_len,
         "global_batch": result.job.global_batch,

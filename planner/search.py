@@ -259,6 +259,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     m, hw = load_model(model), load_hardware(hardware)
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
+    hw = hw.for_job(job.gpus)                   # GB200: a job beyond one NVLink domain fills segments of it
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB
     if not (is_real(headroom_gib) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
@@ -328,6 +329,7 @@ def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_at
 
 def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime) -> bool:
     """Memory-only check: does any valid layout on job.gpus fit?"""
+    hw = hw.for_job(job.gpus)                   # the TP-inside-a-node rule on this count's segments
     for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp,
                               flash_attention=runtime.flash_attention):
         parts, _ = memory_columns(m, hw, job, good, precision, runtime)

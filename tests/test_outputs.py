@@ -234,3 +234,22 @@ def test_small_numbers_and_partial_pipeline_crossings_are_shown_as_they_are():
     # 12 GPUs on 8-GPU nodes: the pipeline at ranks 0/6 stays in a node, the one at 2/8 crosses: the worst counts
     odd = {"tp": 1, "cp": 2, "pp": 2, "dp": 3, "placement": "tp-cp-dp-pp"}
     assert "up to 1 of 1 stage boundaries cross nodes" in placement_lines(odd, hw)[-1]
+
+
+def test_gb200_jobs_beyond_one_domain_are_placed_in_segments_and_say_so():
+    """256 GB200s fill four 64-GPU segments (16 trays each, one per NVL72 domain): the placement lines name them and
+    count nodes in segments (a DP of 128 at stride 2: 32 ranks on each of 4). On 144 GPUs (two whole domains) a DP
+    group of 2 at stride 8 is split where its 16-rank block straddles the domains (ranks 64-79): one rank on each,
+    on the NICs. 64 GPUs sit inside one domain: no segment line."""
+    from planner.explain import placement_lines
+    from planner.search import Pins, run_search
+
+    res = run_search("70b", 256, hardware="gb200", pins=Pins(tp=2, pp=1, dp=128))
+    lines = placement_lines(res.table.iloc[0].to_dict(), res.hardware)
+    assert lines[0].startswith("256 GPUs as 4 segments of 64 (16 hosts of 4), each inside one 72-GPU NVLink domain")
+    assert "DP (128): across 4 nodes, 32 ranks per node" in lines[2]
+    gb = planner.load_hardware("gb200").for_job(144)
+    row = {"tp": 8, "cp": 1, "pp": 9, "dp": 2, "placement": "tp-dp-pp"}
+    assert gb.gpus_per_node == 72 and "DP (2): across 2 nodes, one rank per node" in placement_lines(row, gb)[1]
+    small = planner.load_hardware("gb200").for_job(64)
+    assert placement_lines({**row, "pp": 4, "dp": 2}, small)[0].startswith("TP (8): inside one node")

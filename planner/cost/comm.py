@@ -22,11 +22,64 @@ import numpy as np
 from planner.specs.hardware import HardwareSpec
 
 
-def group_span(size, stride, gpus_per_node):
-    """(k, M): members of the group inside one node and the number of nodes it spans."""
+def group_span(size, stride, gpus_per_node, world=None):
+    """(k, M): members of the group per node and the number of nodes it spans, as the collectives see them.
+
+    A group of n ranks `stride` apart lies in an aligned block of stride·n ranks (which holds `stride` such groups).
+    When blocks tile the nodes (every bundled node size but NVL72's 72), k = min(g/stride, n) and M = n/k exactly.
+    Otherwise (16-rank TP groups, or 32-rank DP blocks, on 72-GPU NVL72 nodes) some groups straddle a node edge
+    with unequal shares (64 ranks on 128 GPUs: 8 on one node, 56 on the next). A node of k members sends and
+    receives (1 − k/n)·S/k over its k NICs in an all-gather or reduce-scatter, so the node with the fewest members
+    paces the network phase: (k_min, n/k_min) gives exactly that in the hierarchical formulas, k_min over the job's
+    groups (`world` ranks; by default every offset the block size can reach) that leave their node."""
     size, stride = np.asarray(size), np.asarray(stride)
-    k = np.clip(gpus_per_node // np.maximum(stride, 1), 1, size)
-    return k, np.ceil(size / k)
+    g = gpus_per_node
+    k = np.clip(g // np.maximum(stride, 1), 1, size)
+    nodes = np.ceil(size / k)
+    block = stride * size
+    ragged = (stride < g) & ((g % np.maximum(stride, 1) != 0) | ((g % block != 0) & (block % g != 0)))
+    if world is not None:
+        ragged = ragged & (np.asarray(world) > g)
+    if not np.any(ragged):
+        return k, nodes
+    shape = np.broadcast_shapes(size.shape, stride.shape, np.shape(world) if world is not None else ())
+    w = 0 if world is None else world
+    n, st, w, mask, k, nodes = (np.broadcast_to(np.asarray(x), shape).ravel()
+                                for x in (size, stride, w, ragged, k, nodes))
+    k, nodes = k.astype(float), nodes.astype(float)
+    triples, inverse = np.unique(np.stack([n[mask], st[mask], w[mask]], axis=1), axis=0, return_inverse=True)
+    k_min = np.array([_group_spread(*(int(x) for x in row), g)[1] for row in triples])   # few distinct shapes
+    k[mask] = k_min[inverse.ravel()]
+    nodes[mask] = n[mask] / k[mask]
+    return k.reshape(shape), nodes.reshape(shape)
+
+
+def group_nodes(size: int, stride: int, gpus_per_node: int, world: int | None = None) -> tuple[int, int, int]:
+    """(nodes, fewest, most members per node) of the group of one layout that spans most nodes, for reports."""
+    if size <= 1:
+        return 1, 1, 1
+    if stride >= gpus_per_node:                        # every member on its own node
+        return size, 1, 1
+    return _group_spread(size, stride, world or 0, gpus_per_node)
+
+
+def _group_spread(n, stride, world, g):
+    """(nodes, fewest, most members per node) over the groups of n ranks `stride` apart (stride < g) that leave
+    their node, or (1, n, n) when none does. Blocks of stride·n ranks start at multiples of stride·n (their offsets
+    in a node repeat after g blocks); the groups inside a block start 0..stride−1 further. world = 0: every
+    reachable offset."""
+    blocks = world // (stride * n) if world else g
+    starts = (np.arange(min(max(blocks, 1), g))[:, None] * stride * n + np.arange(stride)[None, :]) % g
+    offsets = np.unique(starts)
+    node = (offsets[:, None] + stride * np.arange(n)[None, :]) // g          # each offset's members' nodes
+    node -= node[:, :1]
+    counts = np.stack([np.bincount(row, minlength=n) for row in node])     # members per node, 0 past the group
+    spans = (counts > 0).sum(axis=1)
+    cross = spans > 1
+    if not cross.any():
+        return 1, n, n
+    present = np.where(counts > 0, counts, n + 1)[cross]
+    return int(spans.max()), int(present.min()), int(counts[cross].max())
 
 
 def placement_strides(tp, pp, dp, dp_inner, cp=1):
@@ -39,35 +92,40 @@ def placement_strides(tp, pp, dp, dp_inner, cp=1):
 
 def pp_crosses_nodes(tp, pp, dp, dp_inner, gpus_per_node, cp=1):
     """True where some pipeline's neighbouring stages sit on different nodes (the slowest pipeline paces the step):
-    a PP group lies in an aligned block of stride x PP ranks, which either outgrows a node or, when blocks do not
-    tile the nodes (16-rank blocks on 72-GPU NVL72 nodes), straddles a node boundary for some of the groups."""
-    block = placement_strides(tp, pp, dp, dp_inner, cp)[1] * np.asarray(pp)
+    the PP group spans more than one node (group_span: a block of stride x PP ranks that outgrows a node or, when
+    blocks do not tile the nodes, as 16-rank blocks on 72-GPU NVL72 nodes, straddles a node edge)."""
     world = np.asarray(tp) * np.asarray(cp) * np.asarray(pp) * np.asarray(dp)
-    return (block > gpus_per_node) | ((gpus_per_node % block != 0) & (world > gpus_per_node))
+    stride = placement_strides(tp, pp, dp, dp_inner, cp)[1]
+    return group_span(pp, stride, gpus_per_node, world)[1] > 1
 
 
-def nested_span(inner_size, inner_stride, outer_size, outer_stride, hw: HardwareSpec, hierarchical=True):
+def nested_span(inner_size, inner_stride, outer_size, outer_stride, hw: HardwareSpec, hierarchical=True,
+                world=None):
     """(k, M) of the group made of two placed groups, e.g. DP x CP, which reduce gradients together (Megatron's
-    data-parallel group with CP): members per node multiply while the inner group stays inside a node."""
+    data-parallel group with CP). When the outer group's stride is the inner block (DP next to CP) the two make one
+    group of inner·outer ranks at the inner stride; otherwise (PP between them) the outer group's nodes each hold
+    inner groups: nodes multiply, members per node too."""
     gpn = hw.gpus_per_node
-    k_in, _ = group_span(inner_size, inner_stride, gpn)
-    k_out, _ = group_span(outer_size, outer_stride, gpn)
     size = np.asarray(inner_size) * np.asarray(outer_size)
-    k = k_in * k_out
-    nodes = np.ceil(size / k)
+    _, m_in = group_span(inner_size, inner_stride, gpn, world)
+    _, m_out = group_span(outer_size, outer_stride, gpn, world)
+    k_one, m_one = group_span(size, inner_stride, gpn, world)
+    one = np.asarray(outer_stride) == np.asarray(inner_stride) * np.asarray(inner_size)
+    nodes = np.where(one, m_one, m_in * m_out)
+    k = np.where(one, k_one, size / nodes)
     if hierarchical:
         return k, nodes
     flat = nodes > 1
     return np.where(flat, 1, k), np.where(flat, size, nodes)
 
 
-def span(size, stride, hw: HardwareSpec, hierarchical=True):
+def span(size, stride, hw: HardwareSpec, hierarchical=True, world=None):
     """(k, M) as the collectives see them; pass it as `span=` to reuse it across collectives of one group."""
-    return _span(size, stride, hw, hierarchical)
+    return _span(size, stride, hw, hierarchical, world)
 
 
-def _span(size, stride, hw: HardwareSpec, hierarchical):
-    k, nodes = group_span(size, stride, hw.gpus_per_node)
+def _span(size, stride, hw: HardwareSpec, hierarchical, world=None):
+    k, nodes = group_span(size, stride, hw.gpus_per_node, world)
     if hierarchical:
         return k, nodes
     flat = nodes > 1
@@ -195,13 +253,13 @@ def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchi
     return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2, span)
 
 
-def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec):
+def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec, world=None):
     """A ring of point-to-point steps that circulates `size` chunks of S/size bytes (Ring Attention; Megatron-Core
     context parallelism): size − 1 steps, each as slow as the slowest link of the ring, which is a NIC once the group
     leaves its node (every step waits for the rank that sends across the boundary, so the node's other NICs do not
     help, unlike a hierarchical all-gather)."""
     size = np.asarray(size)
-    _, nodes = group_span(size, stride, hw.gpus_per_node)
+    _, nodes = group_span(size, stride, hw.gpus_per_node, world)
     bw, lat = _ring_parts(nbytes, size, nodes > 1, hw)
     return np.where(size > 1, bw + lat, 0.0)
 

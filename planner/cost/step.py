@@ -62,6 +62,13 @@ def optimizer_bytes_per_param(precision: Precision) -> float:
     return to_fp32 + 4 + 28 + 4 + precision.param_bytes
 
 
+def _world(c: dict):
+    """The job's ranks, t·cp·p·d, where the columns hold them all (placement of groups on ragged nodes); else None."""
+    if not all(k in c for k in ("tp", "pp", "dp")):
+        return None
+    return np.asarray(c["tp"]) * np.asarray(c.get("cp", 1)) * np.asarray(c["pp"]) * np.asarray(c["dp"])
+
+
 def _exposed(comm_s, window_s, slowdown):
     """Communication left on the critical path when it overlaps `window_s` of compute: the part that does not fit in
     the window, plus a share `slowdown` of the overlapped part, since collectives take SMs and HBM bandwidth from
@@ -108,7 +115,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives;
     # torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
     act_bytes = e * s_rank * b * m.hidden
-    tp_group = comm.span(t, 1, hw)
+    tp_group = comm.span(t, 1, hw, world=_world(c))
     ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     sp = np.asarray(sp, dtype=bool)
@@ -140,9 +147,9 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], c["recompute"]
     cp = np.asarray(c.get("cp", 1))
     kv_bytes = 2.0 * e * b * s * kv_dim_per_rank(m, t)
-    group = comm.span(cp, t, hw)
+    group = comm.span(cp, t, hw, world=_world(c))
     hide = rt.cp_comm_overlap
-    exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw) if hide
+    exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw, _world(c)) if hide
                 else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
     attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
     u = comm.overlap_slowdown(group, hw, kv_bytes, ring=hide, size=cp)
@@ -280,7 +287,7 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # Gradients are reduced (and ZeRO shards kept) over the DP x CP ranks, which hold the same weights (Megatron's
     # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
     replicas = d * cp
-    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives)
+    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, t * cp * p * d)
     rs = comm.reduce_scatter_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)
     ag = comm.all_gather_time_s(param_bytes, replicas, dp_stride, hw, count=buckets, span=group)
     ar = comm.all_reduce_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)

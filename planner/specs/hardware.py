@@ -168,6 +168,8 @@ class HardwareSpec:
                                             # without bf16, i.e. a profile with no bf16 peak (V100)
     intra_topology: str = "switch"          # "mesh": a direct link per peer, so k GPUs use k-1 of n-1 links
     price_provider: str = ""                # who charges price_usd_per_gpu_hour ("" when there is no price)
+    domain_gpus: int = 0                    # the whole NVLink domain when a job sees a segment of it (for_job);
+                                            # 0: gpus_per_node is the domain
 
     def __post_init__(self):
         """The file schema's physical rules, for a spec built or changed in Python (dataclasses.replace): positive
@@ -202,6 +204,27 @@ class HardwareSpec:
             bad("gpus_per_host", f"0 (a whole node) or a divisor of gpus_per_node ({self.gpus_per_node})")
         if self.mixed_precision not in ("bf16", "fp16"):
             bad("mixed_precision", "bf16 or fp16")
+        if not is_int(self.domain_gpus) or not (self.domain_gpus == 0 or self.domain_gpus >= self.gpus_per_node):
+            bad("domain_gpus", f"0 or at least gpus_per_node ({self.gpus_per_node})")
+
+    def for_job(self, gpus: int) -> "HardwareSpec":
+        """The node as a job of `gpus` GPUs sees it: the GPUs its consecutive ranks fill before the network.
+
+        Where hosts are smaller than the NVLink domain (GB200 NVL72: 4-GPU trays in a 72-GPU domain) a job larger
+        than one domain is placed in equal segments of whole hosts, each inside one domain: Slurm's topology/block
+        plugin and its --segment option, with which NVIDIA recommends 16-tray (64-GPU) segments for jobs of 128 GPUs
+        or more (NVIDIA technical blog, "Achieving peak system and workload efficiency on NVIDIA GB200 NVL72 with
+        Slurm block scheduling"). The segment is the largest whole number of hosts that divides the job and fits a
+        domain: 64 GPUs for 128, 256 or 512 GB200s, 72 for 144, 48 for 96. A job inside one domain fills it."""
+        domain = self.domain_gpus or self.gpus_per_node
+        host = self.gpus_per_host
+        node = domain
+        if host and host < domain and is_int(gpus) and gpus > domain and gpus % host == 0:
+            hosts = gpus // host
+            node = host * max(s for s in range(1, domain // host + 1) if hosts % s == 0)
+        if node == self.gpus_per_node:
+            return self
+        return replace(self, gpus_per_node=node, domain_gpus=domain)
 
     @property
     def alloc_gpus(self) -> int:

@@ -98,6 +98,46 @@ def test_group_span(size, stride, k, nodes):
     assert (int(got_k), int(got_nodes)) == (k, nodes)
 
 
+def _enumerated(size, stride, g, world):
+    """Every group of the job by enumeration: the ranks sharing r // (stride·size) and r % stride. Returns the most
+    nodes a group spans and the fewest and most members per node among the groups that leave their node."""
+    r = np.arange(world)
+    group = (r // (stride * size)) * stride + r % stride
+    nodes, fewest, most = 1, size, 0
+    for key in np.unique(group):
+        _, counts = np.unique(r[group == key] // g, return_counts=True)
+        if len(counts) > 1:
+            nodes, fewest, most = max(nodes, len(counts)), min(fewest, counts.min()), max(most, counts.max())
+    return nodes, fewest, (most if nodes > 1 else size)
+
+
+@pytest.mark.parametrize("g", [6, 8, 72])
+def test_group_span_matches_enumerating_every_group(g):
+    """Any node size, stride, group size and job size (a whole number of blocks): group_span's (k, M) is the
+    fewest members per node among the groups that leave their node, and size/k (exactly the hierarchical
+    formulas' network time for that node: (1 - k/n)·S/k); group_nodes reports the real span. The closed form for
+    blocks that tile the nodes and the offset scan for those that do not (NVL72) both meet this oracle."""
+    from planner.cost.comm import group_nodes
+    checked = 0
+    for stride in (1, 2, 3, 4, 8, 12, 16, 64):
+        for size in (2, 3, 4, 5, 8, 9, 16, 64):
+            for blocks in (1, 2, 3, 5):
+                world = stride * size * blocks
+                if world > 3000:
+                    continue
+                nodes, fewest, most = _enumerated(size, stride, g, world)
+                k, m = group_span(size, stride, g, world)
+                assert (float(k), float(m)) == pytest.approx((fewest, size / fewest)), (stride, size, world)
+                assert group_nodes(size, stride, g, world) == (nodes, fewest, most), (stride, size, world)
+                checked += 1
+    assert checked > 200
+    # vectorised over configurations: the same as one call each
+    sizes, strides = np.array([64, 9, 4, 16]), np.array([1, 16, 8, 8])
+    k, m = group_span(sizes, strides, 72, world=np.array([128, 144, 128, 128]))
+    one = [group_span(int(a), int(b), 72, world=w) for a, b, w in zip(sizes, strides, [128, 144, 128, 128])]
+    assert list(k) == [float(x[0]) for x in one] and list(m) == [float(x[1]) for x in one]
+
+
 def test_p2p_times():
     # one send: base + one step latency + S/W on the link (NVLink inside a node, the GPU's NIC across nodes)
     nbytes = 33_554_432  # 2·s·b·h/t for Llama-405B, formulas.md §9 "33.5 MB per boundary"

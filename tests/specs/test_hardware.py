@@ -154,16 +154,42 @@ def test_every_bundled_file_cites_a_source():
 
 def test_gb200_nvlink_domain_is_the_node():
     """GB200 NVL72: the planner's node is the 72-GPU NVLink domain (hardware.md §2), so a 64-rank DP group at stride 1
-    stays on NVLink and TP may exceed 8 GPUs without crossing the network; the NIC is one CX-7 400 Gb/s per GPU."""
-    from planner.cost.comm import group_span
+    stays on NVLink and TP may exceed 8 GPUs without crossing the network; the NIC is one CX-7 400 Gb/s per GPU.
+    Ranks fill a domain in order: on 128 GPUs packed into domains the second 64-rank group would hold ranks
+    64..127, 8 on the first domain and 56 on the next, and its 8 would pace its network phase like 8 nodes of 8. A
+    job of 128 is placed in two 64-GPU segments instead (for_job), and every 64-rank group stays inside one."""
+    from planner.cost.comm import group_nodes, group_span
 
     hw = load_hardware("gb200-nvl72")
     assert hw.gpus_per_node == 72 and rel(hw.intra_bw_bytes_per_s, 900e9) < 1e-12
     assert rel(hw.inter_bw_bytes_per_s, 400e9 / 8) < 1e-12
-    assert tuple(int(x) for x in group_span(64, 1, hw.gpus_per_node)) == (64, 1)
-    assert tuple(int(x) for x in group_span(16, 8, hw.gpus_per_node)) == (9, 2)
+    assert tuple(int(x) for x in group_span(64, 1, hw.gpus_per_node, world=64)) == (64, 1)
+    assert tuple(int(x) for x in group_span(64, 1, hw.gpus_per_node, world=128)) == (8, 8)
+    assert group_nodes(64, 1, hw.gpus_per_node, 128) == (2, 8, 56)
+    assert group_nodes(16, 8, hw.gpus_per_node, 128) == (2, 7, 9)          # ranks 0..120 or 7..127: 9 + 7
+    seg = hw.for_job(128)
+    assert seg.gpus_per_node == 64 and seg.domain_gpus == 72
+    assert tuple(int(x) for x in group_span(64, 1, seg.gpus_per_node, world=128)) == (64, 1)
     # GPUs are allocated in 4-GPU trays, not whole 72-GPU domains; other profiles allocate whole nodes
     assert hw.alloc_gpus == 4 and load_hardware("h100-sxm").alloc_gpus == 8
+
+
+@pytest.mark.parametrize("gpus, node", [
+    (8, 72), (72, 72),            # inside one domain: the job fills it
+    (128, 64), (256, 64), (512, 64), (1024, 64),     # 32+ trays: NVIDIA's 16-tray segments
+    (144, 72), (96, 48),          # 36 trays: two full domains; 24 trays: 12 divides 24, 13..18 do not
+    (100, 20), (76, 4),           # 25 trays: 5 per segment; 19 (a prime above 18): one tray each
+])
+def test_a_job_beyond_one_gb200_domain_fills_equal_segments(gpus, node):
+    """HardwareSpec.for_job: the largest whole number of 4-GPU trays that divides the job and fits a 72-GPU domain.
+    Profiles whose host is the node (H100: 8-GPU nodes) are unchanged, whatever the count."""
+    hw = load_hardware("gb200")
+    seg = hw.for_job(gpus)
+    assert seg.gpus_per_node == node and (gpus % node == 0 or gpus < node)
+    assert (seg.domain_gpus, seg.alloc_gpus) == ((72, 4) if node != 72 else (0, 4))
+    assert seg.for_job(gpus) is seg and seg.for_job(72).gpus_per_node == 72      # from the domain, not the segment
+    h100 = load_hardware("h100-sxm")
+    assert h100.for_job(gpus * 8) is h100
 
 
 def test_smallest_fitting_gpu_count_steps_in_allocation_units():
