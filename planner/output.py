@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -13,12 +14,18 @@ _TMP_NAME_CHARS = 200        # of the target's name in the temporary file's: ".N
 
 
 def check_writable(path, flag: str = "--output") -> Path:
-    """The target of `flag` as a Path, or the one-line error: a directory, a missing or unwritable directory, a
-    name the file system refuses (too long, ...). Run it before the work, so a bad path fails fast."""
-    target = Path(path).expanduser()
+    """The file `flag` will write, as a Path, or the one-line error: a directory, a missing or unwritable directory, a
+    name the file system refuses (too long, ...). A symbolic link is followed (the link stays, its target is
+    written). Run it before the work, so a bad path fails fast."""
+    given = Path(path).expanduser()
     try:
-        if target.is_dir():
-            raise PlannerError(flag, f"{target} is a directory; expected a file path")
+        if given.is_dir():
+            raise PlannerError(flag, f"{given} is a directory; expected a file path")
+        if _is_stream(given):                     # through the path given: /dev/stdout's link has no real path
+            if not os.access(given, os.W_OK):
+                raise PlannerError(flag, f"cannot write {given}: permission denied")
+            return given
+        target = Path(os.path.realpath(given))
         if not target.parent.is_dir():
             what = "is a file, not a directory" if target.parent.exists() else "does not exist"
             raise PlannerError(flag, f"directory {target.parent} {what}")
@@ -27,21 +34,37 @@ def check_writable(path, flag: str = "--output") -> Path:
         except FileNotFoundError:
             pass
         if not os.access(target.parent, os.W_OK | os.X_OK):
-            raise PlannerError(flag, f"cannot write {target}: directory {target.parent} is not writable")
+            raise PlannerError(flag, f"cannot write {given}: directory {target.parent} is not writable")
     except OSError as exc:
-        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
+        raise PlannerError(flag, f"cannot write {given}: {exc.strerror or exc}") from None
     return target
+
+
+def _is_stream(target: Path) -> bool:
+    """An existing target that is not a regular file (/dev/null, /dev/stdout's terminal or pipe, a FIFO): written
+    in place, never replaced by a rename."""
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # not there yet, or under a file (named by the caller)
+        return False
+    return not stat.S_ISREG(mode)
 
 
 def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
     """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file.
-    Errors name `flag`, the option that gave the path."""
+    A device, pipe or FIFO (/dev/stdout, /dev/null) is written in place instead: renaming over it would replace it
+    with a regular file. Errors name `flag`, the option that gave the path."""
     target = check_writable(path, flag)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = None
     try:
+        if _is_stream(target):
+            with open(target, "wb") as fh:
+                fh.write(payload)
+            return
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:_TMP_NAME_CHARS]}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         mask = os.umask(0)
@@ -50,7 +73,7 @@ def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
         os.replace(tmp, target)
         tmp = None
     except OSError as exc:
-        raise PlannerError(flag, f"cannot write {target}: {exc.strerror or exc}") from None
+        raise PlannerError(flag, f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

@@ -168,3 +168,30 @@ def test_a_long_but_legal_name_is_written(capsys, tmp_path):
     code, out, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", target)
     assert code == 0, err
     assert json.loads(target.read_text())["configs"] and leftovers(tmp_path) == []
+
+
+def test_a_pipe_or_a_link_is_written_through_not_replaced(capsys, tmp_path):
+    """A rename would swap a FIFO, a device (/dev/null, /dev/stdout's terminal) or a symbolic link for a regular
+    file, and as root destroy /dev/null: a non-regular target is written in place, a link's target is replaced
+    atomically and the link stays (a reviewer found both replaced)."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    code, _, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", fifo)
+    reader.join(timeout=30)
+    assert code == 0, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and json.loads(got[0])["configs"]
+
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real.name)
+    code, _, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", link)
+    assert code == 0, err
+    assert link.is_symlink() and json.loads(real.read_text())["configs"] and leftovers(tmp_path) == []
