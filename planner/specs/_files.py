@@ -17,7 +17,13 @@ from planner.errors import PlannerError
 MAX_FILE_BYTES = 4 * 2**20
 
 
-class _DuplicateKey(ValueError):
+# Real input files nest a few levels (a runs file: list, run, model, field) and hold at most one value per two bytes;
+# beyond these a file is hostile or broken: YAML aliases that expand without end, or brackets nested thousands deep.
+MAX_DEPTH = 64
+MAX_VALUES = MAX_FILE_BYTES
+
+
+class _BadStructure(ValueError):
     pass
 
 
@@ -25,30 +31,71 @@ class _DuplicateKey(ValueError):
 _COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _check_unique_yaml_keys(text: str) -> None:
-    """A key given twice in one YAML mapping (yaml.safe_load keeps the last one silently). Walks the node tree
-    yaml.compose builds, which constructs no Python objects: the data itself is read with safe_load only. The
-    node tree comes from libyaml's parser when PyYAML has it (a few times faster; startup reads every preset)."""
-    stack = [yaml.compose(text, Loader=_COMPOSER)]
+def _children(node) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_yaml_nodes(text: str) -> None:
+    """Before anything is constructed: a key given twice in one mapping (yaml.safe_load keeps the last one
+    silently), an alias that contains itself, aliases that expand to more values than a file this size can hold
+    ("billion laughs"), nesting deeper than MAX_DEPTH. Walks the node tree yaml.compose builds, which constructs no
+    Python objects (the data itself is read with safe_load only), each node once: shared (aliased) nodes count their
+    expanded size without being expanded. The tree comes from libyaml's parser when PyYAML has it (a few times
+    faster; startup reads every preset)."""
+    root = yaml.compose(text, Loader=_COMPOSER)
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    started: set[int] = set()
+    stack = [(root, False)] if root is not None else []
     while stack:
-        node = stack.pop()
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(c)] for c in kids)
+            depth[key] = 1 + max((depth[id(c)] for c in kids), default=0)
+            if size[key] > MAX_VALUES:
+                raise _BadStructure(f"its aliases expand to more than {MAX_VALUES:,} values; expected plain data")
+            if depth[key] > MAX_DEPTH:
+                raise _BadStructure(f"it is nested more than {MAX_DEPTH} levels deep; expected plain data")
+            continue
+        if key in size:
+            continue
+        if key in started:                        # reached again inside itself
+            raise _BadStructure(f"an alias contains itself (line {node.start_mark.line + 1}); expected plain data")
+        started.add(key)
         if isinstance(node, yaml.MappingNode):
             seen = set()
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
-                if key in seen:
-                    raise _DuplicateKey(f"{key!r} is given twice (line {key_node.start_mark.line + 1})")
-                seen.add(key)
-                stack.append(value_node)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
+            for key_node, _ in node.value:
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+                if name in seen:
+                    raise _BadStructure(f"{name!r} is given twice (line {key_node.start_mark.line + 1}); "
+                                        "expected each field once")
+                seen.add(name)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+
+
+def _check_depth(data) -> None:
+    """JSON has no aliases; only its nesting needs a bound (json.loads itself stops near Python's recursion limit)."""
+    stack = [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        if level > MAX_DEPTH:
+            raise _BadStructure(f"it is nested more than {MAX_DEPTH} levels deep; expected plain data")
+        if isinstance(value, dict):
+            stack.extend((v, level + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, level + 1) for v in value)
 
 
 def _unique_json_object(pairs):
     keys = [k for k, _ in pairs]
     repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
     if repeated is not None:
-        raise _DuplicateKey(f"{repeated!r} is given twice")
+        raise _BadStructure(f"{repeated!r} is given twice; expected each field once")
     return dict(pairs)
 
 
@@ -76,11 +123,14 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     try:
         if path.suffix == ".json":
             data = json.loads(text, object_pairs_hook=_unique_json_object)
+            _check_depth(data)
         else:
+            _check_yaml_nodes(text)
             data = yaml.safe_load(text)
-            _check_unique_yaml_keys(text)
-    except _DuplicateKey as exc:
-        raise PlannerError(what, f"{path}: {exc}; expected each field once") from None
+    except _BadStructure as exc:
+        raise PlannerError(what, f"{path}: {exc}") from None
+    except RecursionError:
+        raise PlannerError(what, f"{path}: it is nested too deeply to read; expected plain data") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         detail = " ".join(str(exc).split())
         raise PlannerError(what, f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {detail}") from None
