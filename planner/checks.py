@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from numbers import Integral, Real
 
 import numpy as np
@@ -24,4 +26,29 @@ def checked_int(value, field: str, minimum: int = 1) -> int:
     if not is_int(value) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise PlannerError(field, f"got {value!r}, expected {what}")
+    return int(value)
+
+
+# The one suffix rule of counts (--tokens, --global-batch-tokens): K, M, G and T are powers of 1000, or of 1024 for
+# a flag that counts in powers of two (batch tokens); B (billion) is G; Ki, Mi, Gi, Ti are always powers of 1024.
+SUFFIX_RULE = ("K, M, G (or B), T: powers of 1000 for --tokens, of 1024 for --global-batch-tokens; Ki, Mi, Gi, Ti: "
+               "always powers of 1024")
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(text: str, flag: str, binary: bool = False) -> int:
+    """A count with an optional suffix under SUFFIX_RULE: '16M' is 16 * 2^20 when `binary` (batch tokens: whole
+    power-of-two sequences), else 16e6; '1.5B' is '1.5G'; 'Mi' is always 2^20; '1e12' is 10^12. The CLI reads
+    --tokens and --global-batch-tokens with it, and the library takes the same strings."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?|b)?\s*", str(text).lower())
+    if not match:
+        raise PlannerError(flag, f"got {text!r}, expected a number with an optional suffix ({SUFFIX_RULE})")
+    number, suffix = float(match.group(1)), (match.group(2) or "").replace("b", "g")
+    if binary and suffix in ("k", "m", "g", "t"):
+        suffix += "i"
+    value = number * _SUFFIX[suffix]
+    if not math.isfinite(value) or value > 1e30:
+        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
+    if value < 1 or value != int(value):
+        raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
     return int(value)

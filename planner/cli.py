@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from planner.errors import PlannerError
-from planner.flags import (API_FIELD_FLAGS, Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
+from planner.errors import PlannerError, flag_name
+from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
                            output_format, parse_count, reject_unused, runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
@@ -43,8 +43,8 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except PlannerError as exc:      # a library field the CLI sets from a flag is named as that flag
-            print(f"error: {API_FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}", file=sys.stderr)
+        except PlannerError as exc:      # a library keyword the CLI sets from a flag is named as that flag
+            print(f"error: {flag_name(exc.field)}: {exc.message}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
     return wrapper
 

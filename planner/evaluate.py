@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.step import TIME_PARTS
+from planner.errors import library_api
 from planner.search import SearchResult, pop_pins, require_valid, run_search
 from planner.specs.strategy import recompute_label
 
@@ -66,6 +67,7 @@ class Evaluation:
                 f"[{mem}]; step {r['step_time_s']:.3f} s [{tim}]; MFU {r['mfu']:.3f}>")
 
 
+@library_api
 def evaluate(model="405b", gpus=512, **kwargs) -> Evaluation:
     """Evaluate one layout. Pin its knobs by name (tp, cp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
     zero_stage: the fields of specs.strategy.Layout; with tp, pp and dp pinned, cp is 1 unless given); the other

@@ -11,7 +11,7 @@ import math
 import re
 from enum import Enum
 
-from planner.cost.budget import DEFAULT_PUE
+from planner.checks import SUFFIX_RULE, parse_count  # noqa: F401  (the CLI's parser, re-exported)
 from planner.errors import PlannerError
 
 
@@ -19,30 +19,6 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
-
-
-# The one suffix rule of counts (--tokens, --global-batch-tokens): K, M, G and T are powers of 1000, or of 1024 for
-# a flag that counts in powers of two (batch tokens); B (billion) is G; Ki, Mi, Gi, Ti are always powers of 1024.
-SUFFIX_RULE = ("K, M, G (or B), T: powers of 1000 for --tokens, of 1024 for --global-batch-tokens; Ki, Mi, Gi, Ti: "
-               "always powers of 1024")
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
-def parse_count(text: str, flag: str, binary: bool = False) -> int:
-    """A count with an optional suffix under SUFFIX_RULE: '16M' is 16 * 2^20 when `binary` (batch tokens: whole
-    power-of-two sequences), else 16e6; '1.5B' is '1.5G'; 'Mi' is always 2^20."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?|b)?\s*", str(text).lower())
-    if not match:
-        raise PlannerError(flag, f"got {text!r}, expected a number with an optional suffix ({SUFFIX_RULE})")
-    number, suffix = float(match.group(1)), (match.group(2) or "").replace("b", "g")
-    if binary and suffix in ("k", "m", "g", "t"):
-        suffix += "i"
-    value = number * _SUFFIX[suffix]
-    if not math.isfinite(value) or value > 1e30:
-        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
-    if value < 1 or value != int(value):
-        raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
-    return int(value)
 
 
 def int_flag(value, flag: str):
@@ -72,16 +48,11 @@ def float_flag(value, flag: str):
 
 def budget_options(tokens, price, pue) -> dict:
     """--tokens and the price and PUE that only matter with it (given without it, they would be ignored)."""
-    if tokens is None and (price is not None or pue is not None):
-        flag = "--price-per-gpu-hour" if price is not None else "--pue"
-        raise PlannerError(flag, "only applies to a token budget; give --tokens (e.g. --tokens 15T)")
-    from planner.sweep import check_budget
+    from planner.sweep import budget_arguments
 
     price, pue = float_flag(price, "--price-per-gpu-hour"), float_flag(pue, "--pue")
-    out = {"tokens": parse_count(tokens, "--tokens") if tokens is not None else None,
-           "price_usd_per_gpu_hour": price, "pue": DEFAULT_PUE if pue is None else pue}
-    check_budget(**out)
-    return out
+    tokens = budget_arguments(tokens, price, pue)[0]
+    return {"tokens": tokens, "price_usd_per_gpu_hour": price, "pue": pue}       # PUE None: not given
 
 
 def _suffix(output) -> str:
@@ -177,8 +148,6 @@ def check_paths(output=None, plot=None) -> None:
         check_plot_path(plot)
 
 
-# Library fields the CLI sets from a flag: an error about one names the flag the user typed.
-API_FIELD_FLAGS = {"flash_attention": "--flash-attention", "flash_attention_gen": "--flash-attention-gen"}
 
 
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,

@@ -17,8 +17,8 @@ from planner import constraints
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
-from planner.checks import checked_int, is_real
-from planner.errors import PlannerError
+from planner.checks import checked_int, is_real, parse_count
+from planner.errors import PlannerError, library_api
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
 from planner.specs.strategy import (KNOB_COLUMNS, LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE,
@@ -80,11 +80,13 @@ def make_job(model: ModelSpec, gpus, seq_len=None, global_batch=None, global_bat
         why = (f"{model.name} attends within a {model.sliding_window:,}-token sliding window, which the planner "
                "prices only up to the window (where it is full attention)")
         if seq_len is None:                                  # the model's own default, not a flag the user gave
-            raise PlannerError("seq_len", f"the model's sequence length {s:,} is longer than its sliding window: "
-                                          f"{why}; give --seq-len {model.sliding_window:,} or less")
+            raise PlannerError("--model: seq_len", f"the model's sequence length {s:,} is longer than its sliding "
+                                                   f"window: {why}; give --seq-len {model.sliding_window:,} or less")
         raise PlannerError("--seq-len", f"got {s:,}, expected at most {model.sliding_window:,}: {why}")
     if global_batch is None:
         tokens = model.global_batch_tokens if global_batch_tokens is None else global_batch_tokens
+        if isinstance(tokens, str):                          # '16M': the command line's suffix rule
+            tokens = parse_count(tokens, "--global-batch-tokens", binary=True)
         tokens = checked_int(tokens, "--global-batch-tokens")
         global_batch = max(1, round(tokens / s))
         if global_batch_tokens is not None and global_batch * s != tokens:
@@ -245,6 +247,7 @@ def _rank(df):
                           kind="stable").reset_index(drop=True)
 
 
+@library_api
 def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, global_batch=None,
                global_batch_tokens=None, pins: Pins = Pins(), headroom_gib=None,
                allow_cross_node_tp=False, precision: Precision = Precision(), runtime: Runtime = Runtime(),
@@ -419,6 +422,7 @@ def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("mo
     return replace(base, **given)
 
 
+@library_api
 def search(model="405b", gpus=512, **kwargs):
     """Ranked layouts as a pandas DataFrame, best first; `df.attrs` holds considered/rejected counts.
 

@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 
-from planner.checks import checked_int, is_int, is_real
+from planner.checks import checked_int, is_int, is_real, parse_count
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
-from planner.errors import PlannerError
+from planner.errors import PlannerError, flag_name, library_api
 from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS, Runtime
 
@@ -63,8 +63,24 @@ def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) ->
         raise PlannerError("--pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")
 
 
-def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE):
-    """Days, GPU-hours, cost and energy to train `tokens` at each row's throughput (in place; returns df)."""
+def budget_arguments(tokens=None, price_usd_per_gpu_hour=None, pue=None) -> tuple:
+    """(tokens, price, PUE) checked: tokens as a number or a string with a suffix ('15T', '1e12'); the price and
+    PUE only with tokens (given without them they would be ignored); PUE None: budget.DEFAULT_PUE. The command
+    line and the library share it."""
+    if isinstance(tokens, str):
+        tokens = parse_count(tokens, "--tokens")
+    if tokens is None and (price_usd_per_gpu_hour is not None or pue is not None):
+        flag = "--price-per-gpu-hour" if price_usd_per_gpu_hour is not None else "--pue"
+        raise PlannerError(flag, "only applies to a token budget; give --tokens (e.g. --tokens 15T)")
+    pue = budget.DEFAULT_PUE if pue is None else pue
+    check_budget(tokens, price_usd_per_gpu_hour, pue)
+    return tokens, price_usd_per_gpu_hour, pue
+
+
+def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=None):
+    """Days, GPU-hours, cost and energy to train `tokens` at each row's throughput (in place; returns df); PUE
+    None: budget.DEFAULT_PUE."""
+    pue = budget.DEFAULT_PUE if pue is None else pue
     check_budget(tokens, price_usd_per_gpu_hour, pue)
     price, provider = price_and_provider(hw, price_usd_per_gpu_hour)
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
@@ -87,7 +103,7 @@ def price_and_provider(hw, price_usd_per_gpu_hour=None) -> tuple[float | None, s
     return hw.price_usd_per_gpu_hour, hw.price_provider
 
 
-def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> dict:
+def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=None) -> dict:
     """add_budget_columns for one layout given as a dict (in place; returns row)."""
     import pandas as pd
 
@@ -104,7 +120,8 @@ def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError
     try:
         r = run_search(m, gpus, hardware=hw, pins=pins, find_min_gpus=False, **search_kwargs)
     except PlannerError as exc:                   # a pin or value this job cannot take (e.g. --tp not dividing it)
-        return ({"gpus": gpus, "status": "no valid layout", "reason": str(exc), "fits": False,
+        return ({"gpus": gpus, "status": "no valid layout", "reason": f"{flag_name(exc.field)}: {exc.message}",
+                 "fits": False,
                  "tokens_per_s": np.nan}, exc)
     if len(r.table):
         return {"gpus": gpus, "status": "ok", "reason": None, **r.table.iloc[0].to_dict()}, None
@@ -138,15 +155,16 @@ def _frame(rows: list[dict], errors: list):
     return df
 
 
+@library_api
 def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
-          pue=budget.DEFAULT_PUE, **search_kwargs):
+          pue=None, **search_kwargs):
     """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame. Layout knobs
     may be pinned as in `search` (tp=8, recompute="full", or pins=Pins(...)). A PlannerError when no count has a
     valid layout."""
     from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
 
-    check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
+    tokens, price_usd_per_gpu_hour, pue = budget_arguments(tokens, price_usd_per_gpu_hour, pue)   # before the searches
     pins = pop_pins(search_kwargs, "sweep", ("model", "gpus", "hardware", "find_min_gpus"))
     if is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
         gpus = [gpus]                                  # one count (checked below like any other)
@@ -166,8 +184,9 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     return df
 
 
+@library_api
 def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu_hour=None,
-                     pue=budget.DEFAULT_PUE, sort="throughput", **search_kwargs):
+                     pue=None, sort="throughput", **search_kwargs):
     """The same job on several hardware profiles (a list, or names separated by commas as on the command line):
     one row per profile with its best layout, best first. Layout knobs may be pinned as in `search`. A
     PlannerError when no profile has a valid layout."""
@@ -175,7 +194,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     from planner.specs.model import load_model
 
     check_sort(sort)
-    check_budget(tokens, price_usd_per_gpu_hour, pue)                 # before the searches
+    tokens, price_usd_per_gpu_hour, pue = budget_arguments(tokens, price_usd_per_gpu_hour, pue)   # before the searches
     if not isinstance(hardware_names, (str, list, tuple)):
         raise PlannerError("--hardware", f"got {hardware_names!r}, expected profile names (a list, or one string "
                                          "separated by commas)")

@@ -8,6 +8,7 @@ Korthikanti/PaLM/torchtitan/MosaicML count model FLOPs), so predicted and measur
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, fields
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, mode
 
 from planner.cost import flops
 from planner.cost.params import total_params
-from planner.errors import PlannerError
+from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
@@ -345,6 +346,7 @@ def measured_step_time_s(run: ValidationRun) -> float:
     return f / (value * run.peak_tflops * 1e12 * run.gpus)
 
 
+@library_api
 def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     """Evaluate the run's published configuration; unstated knobs take the planner's best choice.
 
@@ -367,17 +369,15 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
                       **layout, **search_kwargs)
-    except PlannerError as exc:                  # name the run file's field, not the CLI flag behind it
-        field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field[2:].replace('-', '_')}"
-                                              if exc.field.startswith("--") else exc.field)
+    except PlannerError as exc:                  # name the run file's field (evaluate names its keyword)
+        field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field}" if exc.field in _LAYOUT_FIELDS else exc.field)
         return Prediction(run, None, measured, math.nan, searched, error=f"{field}: {exc.message}")
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)
 
 
-_RUN_FIELDS = {"--hardware": "hardware", "--gpus": "gpus", "--seq-len": "model.seq_len",
-               "--global-batch": "model.global_batch", "--global-batch-tokens": "model.global_batch",
-               "--headroom-gib": "headroom_gib", "--zero": "layout.zero_stage",
-               "--sequence-parallel": "layout.sequence_parallel"}
+_RUN_FIELDS = {"seq_len": "model.seq_len", "global_batch": "model.global_batch",
+               "global_batch_tokens": "model.global_batch", "model: seq_len": "model.seq_len"}
+_LAYOUT_FIELDS = {f.name for f in dataclasses.fields(Layout)}
 
 
 def summarize(preds: list[Prediction]) -> dict:

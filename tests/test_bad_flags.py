@@ -190,10 +190,10 @@ def test_large_prime_gpu_count_explains_it_is_prime(capsys, monkeypatch):
     monkeypatch.setattr(search_module, "smallest_fitting_gpus", lambda *a, **k: None)
     line = bad(capsys, "--model", "405b", "--gpus", "1000003")
     assert_mentions(line, "--gpus", "1000003 is prime")
-    # The library's evaluate() takes the same path without the scan and must say the same thing.
+    # The library's evaluate() takes the same path without the scan and must say the same thing (of gpus).
     with pytest.raises(planner.PlannerError) as info:
         planner.evaluate(model="405b", gpus=1000003)
-    assert str(info.value) == line.removeprefix("error: ")
+    assert info.value.field == "gpus" and "--" + str(info.value) == line.removeprefix("error: ")
 
 
 def test_no_valid_layout_at_a_large_gpu_count_answers_promptly():
@@ -326,12 +326,19 @@ LIBRARY_CASES = [
 
 @pytest.mark.parametrize("argv, call", LIBRARY_CASES)
 def test_library_raises_the_error_the_cli_prints(capsys, argv, call):
+    """The same message; the field is the keyword the caller typed (seq_len, zero_stage), which the CLI names as
+    its flag (--seq-len, --zero)."""
+    from planner.errors import KEYWORD_FLAGS, flag_name
+
     line = bad(capsys, *argv)
     with pytest.raises(planner.PlannerError) as info:
         call()
     assert isinstance(info.value, ValueError)
-    assert str(info.value) == line.removeprefix("error: ")
+    assert f"{flag_name(info.value.field)}: {info.value.message}" == line.removeprefix("error: ")
     assert str(info.value).startswith(info.value.field + ": ")
+    assert not info.value.field.startswith("--")
+    head = info.value.field.partition(": ")[0]
+    assert head in KEYWORD_FLAGS or head == "layout", head
 
 
 def test_library_rejects_a_non_bool_sequence_parallel_with_a_planner_error():
@@ -340,11 +347,11 @@ def test_library_rejects_a_non_bool_sequence_parallel_with_a_planner_error():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(gpus=2.5), "--gpus"), (dict(gpus=True), "--gpus"), (dict(gpus=8, tp=2.0), "--tp"),
-    (dict(gpus=8, micro_batch=0), "--micro-batch"), (dict(gpus=8, vpp=True), "--vpp"),
-    (dict(gpus=8, seq_len=2.5), "--seq-len"), (dict(gpus=8, global_batch=0), "--global-batch"),
-    (dict(gpus=8, headroom_gib=float("nan")), "--headroom-gib"), (dict(gpus=8, zero_stage=7), "--zero"),
-    (dict(gpus=8, global_batch=8, global_batch_tokens=2**20), "--global-batch"),
+    (dict(gpus=2.5), "gpus"), (dict(gpus=True), "gpus"), (dict(gpus=8, tp=2.0), "tp"),
+    (dict(gpus=8, micro_batch=0), "micro_batch"), (dict(gpus=8, vpp=True), "vpp"),
+    (dict(gpus=8, seq_len=2.5), "seq_len"), (dict(gpus=8, global_batch=0), "global_batch"),
+    (dict(gpus=8, headroom_gib=float("nan")), "headroom_gib"), (dict(gpus=8, zero_stage=7), "zero_stage"),
+    (dict(gpus=8, global_batch=8, global_batch_tokens=2**20), "global_batch"),
 ])
 def test_library_type_errors_are_planner_errors(kwargs, field):
     with pytest.raises(planner.PlannerError) as info:

@@ -44,8 +44,11 @@ def test_parse_token_counts():
     assert parse_count("15T", "--tokens") == 15 * 10**12
     assert parse_count("1.5B", "--tokens") == 1_500_000_000
     assert parse_count("16M", "--global-batch-tokens", binary=True) == 16 * 2**20
-    with pytest.raises(PlannerError):
-        parse_count("lots", "--tokens")
+    assert parse_count("1e12", "--tokens") == parse_count("1T", "--tokens") == 10**12
+    assert parse_count("1.5e13", "--tokens") == 15 * 10**12 and parse_count("2e3k", "--tokens") == 2 * 10**6
+    for bad in ("lots", "1e", "e12", "1e999", "1.5e-1"):
+        with pytest.raises(PlannerError):
+            parse_count(bad, "--tokens")
 
 
 def test_sweep_rows_are_each_counts_best_layout():
@@ -72,7 +75,7 @@ def test_compare_hardware_sorts_and_prices():
     assert df.cost_usd.is_monotonic_increasing
     df = compare_hardware("8b", 64, ["a100-80gb", "h100-sxm", "b200"])
     assert df.tokens_per_s.is_monotonic_decreasing
-    with pytest.raises(PlannerError, match="--tokens"):
+    with pytest.raises(PlannerError, match="^sort: sorting by cost needs --tokens"):
         compare_hardware("8b", 64, ["h100-sxm"], sort="cost")
 
 
@@ -151,7 +154,7 @@ def test_compare_hardware_takes_a_comma_separated_string():
     text = compare_hardware("8b", 8, "h100-sxm, a100-80gb")
     assert list(text.hardware) == list(listed.hardware) == ["h100-sxm", "a100-80gb"]
     assert list(text.tokens_per_s) == list(listed.tokens_per_s)
-    with pytest.raises(PlannerError, match="--hardware.*listed twice"):
+    with pytest.raises(PlannerError, match="^hardware:.*listed twice"):
         compare_hardware("8b", 8, "h100-sxm,h100-sxm")
 
 
@@ -167,28 +170,38 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
     assert list(sweep("8b", "8", pins=Pins(tp=4)).tp) == [4]
     with pytest.raises(PlannerError, match="^tp: given both"):
         sweep("8b", "8", tp=2, pins=Pins(tp=4))
-    with pytest.raises(PlannerError, match=r"^--tp: tp\(3\) does not divide gpus\(8\)"):
+    with pytest.raises(PlannerError, match=r"^tp: tp\(3\) does not divide gpus\(8\)"):
         sweep("8b", "8,16", tp=3)                                # no count can take it: bad input
     df = sweep("8b", "8,12", tp=8)                               # one count can: the other row says why
     assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "--tp: tp(8) does not divide gpus(12)"
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(tokens=-5), "--tokens"), (dict(tokens="15T"), "--tokens"), (dict(tokens=True), "--tokens"),
-    (dict(tokens=float("inf")), "--tokens"), (dict(tokens=1e12, price_usd_per_gpu_hour=float("inf")),
-                                             "--price-per-gpu-hour"),
-    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "--price-per-gpu-hour"), (dict(tokens=1e12, pue=0.5), "--pue"),
+    (dict(tokens=-5), "tokens"), (dict(tokens="lots"), "tokens"), (dict(tokens=True), "tokens"),
+    (dict(tokens=float("inf")), "tokens"), (dict(tokens=1e12, price_usd_per_gpu_hour=float("inf")),
+                                           "price_usd_per_gpu_hour"),
+    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "price_usd_per_gpu_hour"), (dict(tokens=1e12, pue=0.5), "pue"),
+    (dict(pue=1.2), "pue"), (dict(price_usd_per_gpu_hour=2.0), "price_usd_per_gpu_hour"),
 ])
 def test_library_budget_is_checked_like_the_flags(kwargs, field):
     """The library took a negative budget or a PUE below 1 and printed negative days or too little energy; the
-    check the flags use (sweep.check_budget) now runs first, naming it as the library names its other numbers
-    (by the flag: --gpus, --sort)."""
+    check the flags use (sweep.budget_arguments) now runs first, naming the keyword. A price or PUE without tokens
+    would be ignored: refused, as on the command line."""
     for call in (lambda: sweep("8b", "8,16", **kwargs), lambda: compare_hardware("8b", 8, "h100-sxm,b200", **kwargs)):
         with pytest.raises(PlannerError) as info:
             call()
         assert info.value.field == field
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--tokens", "15T", "--pue", "5"])
     assert res.exit_code == 2 and "error: --pue: got 5.0" in res.output
+
+
+def test_library_takes_the_command_lines_count_strings():
+    """tokens='15T' (or '1.5e13') and global_batch_tokens='16M' mean what --tokens and --global-batch-tokens do."""
+    a = sweep("8b", "8", tokens="15T", global_batch_tokens="4M")
+    b = sweep("8b", "8", tokens=15e12, global_batch_tokens=4 * 2**20)
+    c = sweep("8b", "8", tokens="1.5e13", global_batch_tokens="4Mi")
+    assert a.time_to_train_days[0] == b.time_to_train_days[0] == c.time_to_train_days[0]
+    assert a.global_batch[0] == b.global_batch[0] == 4 * 2**20 // 8192
 
 
 def test_sweep_cli_takes_layout_pins():

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.checks import is_int, is_real
-from planner.errors import PlannerError
+from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
 
 GIB = 2**30
@@ -319,6 +319,7 @@ def _load_hardware_file(path: Path, version) -> HardwareSpec:
     return spec
 
 
+@library_api
 def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     """A bundled profile by name or alias (case-insensitive), or a path to a YAML file."""
     if isinstance(name_or_path, HardwareSpec):

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.checks import is_int
-from planner.errors import PlannerError
+from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
 from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 
@@ -308,6 +308,7 @@ def list_models() -> list[ModelFile]:
     return out
 
 
+@library_api
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A preset by name or alias, a model YAML file, a HuggingFace config.json, or a directory holding one."""
     if isinstance(name_or_path, ModelSpec):

@@ -139,7 +139,7 @@ def test_hf_sliding_window_bounds_the_sequence(tmp_path):
     from dataclasses import replace
     with pytest.raises(PlannerError) as info:
         make_job(replace(m, seq_len=8192), 8)
-    assert info.value.field == "seq_len" and "give --seq-len 4,096 or less" in info.value.message
+    assert info.value.field == "--model: seq_len" and "give --seq-len 4,096 or less" in info.value.message
     assert load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen")).sliding_window is None
     on = {**QWEN2_05B_CONFIG, "use_sliding_window": True, "sliding_window": 2048}
     assert load_model(write_config(tmp_path, on, "qwen_on")).sliding_window == 2048
