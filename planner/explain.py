@@ -139,3 +139,23 @@ def placement_lines(row, hw) -> list[str]:
     else:
         lines.append(f"PP ({p}): neighbouring stages share a node: P2P on {link}.")
     return lines
+
+
+def attention_notes(row, m, job, rt) -> list[str]:
+    """What the MFU convention and a CP ring do to the figures of a layout: PaLM's MFU counts causal attention in
+    full while FlashAttention computes half of it (at long sequences that alone is points of MFU); a ring runs
+    attention as one kernel per K/V chunk plus merges, launches counted under compute (compute.layer_kernel_count)."""
+    from planner.cost.flops import model_flops_per_step
+
+    lines = []
+    if not rt.causal_flops_halved:
+        full, half = (float(model_flops_per_step(m, job.seq_len, job.global_batch, h)) for h in (False, True))
+        halved = float(row["mfu"]) * half / full
+        if float(row["mfu"]) - halved >= 0.01:
+            lines.append(f"MFU counts causal attention in full (PaLM's convention); FlashAttention computes half of "
+                         f"it: counted at half, MFU is {halved:.1%}.")
+    cp = int(row.get("cp", 1))
+    if cp > 1 and rt.cp_comm_overlap:
+        lines.append(f"CP ring: each layer's attention runs as {cp} partial kernels and {cp - 1} merges per pass "
+                     "(one per K/V chunk); their launches count under compute, not cp_comm.")
+    return lines

@@ -26,7 +26,7 @@ def int_flag(value, flag: str):
     if value is None:
         return None
     text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d{1,30}", text):
+    if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):             # ASCII digits: int() also reads '８' as 8
         raise PlannerError(flag, f"got {value!r}, expected a positive integer")
     number = int(text)
     if number < 1:
@@ -37,8 +37,11 @@ def int_flag(value, flag: str):
 def float_flag(value, flag: str):
     if value is None:
         return None
+    text = str(value).strip()
     try:
-        number = float(str(value).strip())
+        if not text.isascii():                    # float() reads '１.５' as 1.5
+            raise ValueError(text)
+        number = float(text)
     except ValueError:
         raise PlannerError(flag, f"got {value!r}, expected a number") from None
     if not math.isfinite(number):

@@ -11,7 +11,7 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
+from planner.explain import attention_notes, bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
 from planner.search import SearchResult, min_gpus_text
 from planner.whatif import suggestions
 
@@ -192,6 +192,8 @@ def print_breakdown(ev, out: Console) -> None:
     out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
               f"{_fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
+    for line in attention_notes(r, m, res.job, res.runtime):
+        out.print(line)
     if "time_to_train_days" in r:
         provider = r.get("price_provider")
         cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"

@@ -30,6 +30,7 @@ CLI_CASES = [
     ("gpus-negative", M405 + ["--gpus", "-8"], ["--gpus", "-8"]),
     ("gpus-float", M405 + ["--gpus", "2.5"], ["--gpus", "integer"]),
     ("gpus-word", M405 + ["--gpus", "abc"], ["--gpus", "integer"]),
+    ("gpus-full-width-digit", M405 + ["--gpus", "８"], ["--gpus", "integer"]),     # int() would read 8
     ("gpus-billion", M405 + ["--gpus", "1000000000"], ["--gpus", "1000000000", "at most"]),
     ("gpus-prime-509", M405 + ["--gpus", "509"], ["--gpus", "509", "prime"]),
     ("tp-not-dividing-heads", M405 + ["--gpus", "384", "--tp", "3"], ["--tp", "heads", "128"]),
@@ -372,3 +373,19 @@ def test_output_and_format_that_agree_still_write(capsys, monkeypatch, tmp_path)
     assert code == 0, err
     assert (tmp_path / "out.csv").read_text().startswith("tp,")
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_bare_file_name_for_model_says_to_give_it_as_a_path(capsys, tmp_path, monkeypatch):
+    """Names only resolve to presets; a file called `mine` in the working directory is named in the error, with
+    the spelling that reads it."""
+    import shutil
+
+    from cli_contract import run
+
+    from planner.specs.model import PRESETS_DIR
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(PRESETS_DIR / "llama-3.1-8b.yaml", tmp_path / "mine")
+    assert_mentions(bad(capsys, "--model", "mine", "--gpus", "8"), "unknown model 'mine'", "give it as ./mine")
+    code, out, err = run(capsys, "--model", "./mine", "--gpus", "8", "--top", "1")
+    assert code == 0, err

@@ -253,3 +253,28 @@ def test_gb200_jobs_beyond_one_domain_are_placed_in_segments_and_say_so():
     assert gb.gpus_per_node == 72 and "DP (2): across 2 nodes, one rank per node" in placement_lines(row, gb)[1]
     small = planner.load_hardware("gb200").for_job(64)
     assert placement_lines({**row, "pp": 4, "dp": 2}, small)[0].startswith("TP (8): inside one node")
+
+
+def test_layout_report_says_what_the_mfu_convention_and_a_cp_ring_do():
+    """PaLM's MFU counts causal attention in full, 12·L·q·s per token beside 6·N, while FlashAttention computes
+    half: at 8K tokens on 405B the note gives MFU x (6N + 6Lqs)/(6N + 12Lqs) (1.5 points lower); a CP ring's extra
+    kernels are said to count under compute (a reviewer read a 5.6x 'compute' as slower GEMMs)."""
+    import re
+
+    from planner.cost.flops import model_flops_per_token
+
+    res = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4"])
+    mfu = float(re.search(r"MFU (\d+\.\d)%, HFU", res.output).group(1)) / 100
+    halved = float(re.search(r"counted at half, MFU is (\d+\.\d)%", res.output).group(1)) / 100
+    m = planner.load_model("405b")
+    n6 = float(model_flops_per_token(m, 8192)) - 12 * m.layers * m.q_dim * 8192       # 6N: the weights' part
+    ratio = (n6 + 6 * m.layers * m.q_dim * 8192) / (n6 + 12 * m.layers * m.q_dim * 8192)
+    assert 0.95 < ratio < 0.97 and halved == pytest.approx(mfu * ratio, abs=0.0011)
+    short = runner.invoke(app, ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4",
+                                "--seq-len", "1024", "--global-batch", "8192"])
+    assert "counted at half" not in short.output                     # under a point of MFU: no note
+    ring = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "1", "--cp", "16", "--pp", "1", "--dp", "1"])
+    assert "CP ring: each layer's attention runs as 16 partial kernels and 15 merges per pass" in ring.output
+    gather = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "1", "--cp", "16", "--pp", "1", "--dp", "1",
+                                 "--cp-comm", "allgather"])
+    assert "CP ring" not in gather.output

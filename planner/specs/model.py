@@ -337,4 +337,13 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
         return index[text.lower()].to_spec()
     close = difflib.get_close_matches(text.lower(), list(index), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
+    if _is_file(path):                           # a file by that name here: names only resolve to presets
+        hint += f"; a file {text!r} exists here: give it as ./{text} (a path) or with a .yaml/.json name"
     raise PlannerError("--model", f"unknown model {text!r}{hint} (see `plan models`, or pass a YAML or config.json path)")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
