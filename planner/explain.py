@@ -83,6 +83,20 @@ def bubble_line(row) -> str:
             f"time, {share:.1%} of the step ({row['bubble_s']:.3g} s).")
 
 
+def _dp_cp_spread(t: int, c: int, p: int, d: int, g: int) -> tuple[int, int, int]:
+    """(nodes, fewest, most members per node) of the DP x CP groups in the tp-cp-pp-dp order, by enumeration: the
+    ranks sharing a TP and a PP index, on nodes of g."""
+    r = np.arange(t * c * p * d)
+    group = (r % t) * p + (r // (t * c)) % p
+    pairs, counts = np.unique(group * (r[-1] // g + 1) + r // g, return_counts=True)
+    owner = pairs // (r[-1] // g + 1)
+    spans = np.bincount(owner)
+    crossing = spans[owner] > 1
+    if not crossing.any():
+        return 1, c * d, c * d
+    return int(spans.max()), int(counts[crossing].min()), int(counts[crossing].max())
+
+
 def _spread(nodes: int, fewest: int, most: int, link: str) -> str:
     """Where a group's ranks sit: one node, one rank per node, or k (or fewest-most) ranks on each of its nodes."""
     if nodes == 1:
@@ -96,7 +110,7 @@ def _spread(nodes: int, fewest: int, most: int, link: str) -> str:
 def placement_lines(row, hw) -> list[str]:
     """Which collectives stay inside a node (NVLink, or a mesh's links) and which cross nodes, for this layout's rank
     order."""
-    from planner.cost.comm import group_nodes, nested_span, placement_strides, pp_crosses_nodes
+    from planner.cost.comm import group_nodes, placement_strides, pp_crosses_nodes
 
     t, c, p, d, g = int(row["tp"]), int(row["cp"]), int(row["pp"]), int(row["dp"]), hw.gpus_per_node
     dp_inner = row["placement"].endswith("dp-pp")
@@ -107,6 +121,10 @@ def placement_lines(row, hw) -> list[str]:
         lines.append(f"{world} GPUs as {world // g} segments of {g} ({g // hw.alloc_gpus} hosts of {hw.alloc_gpus}), "
                      f"each inside one {hw.domain_gpus}-GPU NVLink domain (Slurm --segment {g // hw.alloc_gpus}): "
                      "a node below is a segment.")
+    elif hw.alloc_gpus < g < world:                    # hosts smaller than the domain: whole domains in order
+        rest = f" and {world % g} GPUs of another" if world % g else ""
+        lines.append(f"{world} GPUs fill {world // g} whole {g}-GPU NVLink domain{'s' * (world // g > 1)}{rest}, "
+                     "in rank order.")
     nodes, _, _ = group_nodes(t, 1, g, world)
     lines.append(f"TP ({t}): " + ("no TP communication." if t == 1 else
                  f"inside one node, on {link}." if nodes == 1 else f"spans {nodes} nodes: {link} inside, NICs across."))
@@ -118,9 +136,8 @@ def placement_lines(row, hw) -> list[str]:
         lines.append(f"{name}: no gradient reduction.")
     elif c == 1 or dp_stride == t * c:                 # one group of d·c ranks: DP next to CP (or no CP)
         lines.append(f"{name}: " + _spread(*group_nodes(d * c, t if c > 1 else dp_stride, g, world), link))
-    else:                                              # PP between CP and DP: nodes of whole CP groups
-        k, nodes = (float(x) for x in nested_span(c, t, d, dp_stride, hw, world=world))
-        lines.append(f"{name}: " + _spread(round(nodes), int(k), int(np.ceil(k)), link))
+    else:                                              # PP between CP and DP: counted rank by rank
+        lines.append(f"{name}: " + _spread(*_dp_cp_spread(t, c, p, d, g), link))
     if p == 1:
         lines.append(f"PP ({p}): no pipeline.")
     elif pp_crosses_nodes(t, p, d, dp_inner, g, c):

@@ -250,9 +250,18 @@ def test_gb200_jobs_beyond_one_domain_are_placed_in_segments_and_say_so():
     assert "DP (128): across 4 nodes, 32 ranks per node" in lines[2]
     gb = planner.load_hardware("gb200").for_job(144)
     row = {"tp": 8, "cp": 1, "pp": 9, "dp": 2, "placement": "tp-dp-pp"}
-    assert gb.gpus_per_node == 72 and "DP (2): across 2 nodes, one rank per node" in placement_lines(row, gb)[1]
+    assert gb.gpus_per_node == 72 and "DP (2): across 2 nodes, one rank per node" in placement_lines(row, gb)[2]
     small = planner.load_hardware("gb200").for_job(64)
     assert placement_lines({**row, "pp": 4, "dp": 2}, small)[0].startswith("TP (8): inside one node")
+    # 144 = two whole domains; PP between CP and DP (tp-cp-pp-dp): the DP x CP groups counted rank by rank,
+    # ranks 0-1, 4-5, ... 68-69 and 72-... : 10 on one domain, 8 on the other for the group that straddles
+    lines = placement_lines({"tp": 4, "cp": 2, "pp": 2, "dp": 9, "placement": "tp-cp-pp-dp"}, gb)
+    assert lines[0] == "144 GPUs fill 2 whole 72-GPU NVLink domains, in rank order."
+    assert "DP x CP (9 x 2): across 2 nodes, 8-10 ranks per node" in lines[3]
+    odd = planner.load_hardware("gb200").for_job(100)
+    lines = placement_lines({"tp": 4, "cp": 1, "pp": 5, "dp": 5, "placement": "tp-dp-pp"}, odd)
+    assert lines[0] == "100 GPUs fill 1 whole 72-GPU NVLink domain and 28 GPUs of another, in rank order."
+    assert "DP (5): across 2 nodes, 2-3 ranks per node" in lines[2]
 
 
 def test_layout_report_says_what_the_mfu_convention_and_a_cp_ring_do():

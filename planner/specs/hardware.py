@@ -210,18 +210,21 @@ class HardwareSpec:
     def for_job(self, gpus: int) -> "HardwareSpec":
         """The node as a job of `gpus` GPUs sees it: the GPUs its consecutive ranks fill before the network.
 
-        Where hosts are smaller than the NVLink domain (GB200 NVL72: 4-GPU trays in a 72-GPU domain) a job larger
-        than one domain is placed in equal segments of whole hosts, each inside one domain: Slurm's topology/block
-        plugin and its --segment option, with which NVIDIA recommends 16-tray (64-GPU) segments for jobs of 128 GPUs
-        or more (NVIDIA technical blog, "Achieving peak system and workload efficiency on NVIDIA GB200 NVL72 with
-        Slurm block scheduling"). The segment is the largest whole number of hosts that divides the job and fits a
-        domain: 64 GPUs for 128, 256 or 512 GB200s, 72 for 144, 48 for 96. A job inside one domain fills it."""
+        Where hosts are smaller than the NVLink domain (GB200 NVL72: 4-GPU trays in a 72-GPU domain), Slurm's
+        topology/block plugin packs a job into as few domains as it can, and its --segment option splits it into
+        equal groups of hosts, each inside one domain; NVIDIA recommends 16-tray (64-GPU) segments for jobs of 128
+        GPUs or more (NVIDIA technical blog, "Achieving peak system and workload efficiency on NVIDIA GB200 NVL72
+        with Slurm block scheduling"). So a job larger than a domain that is a multiple of that segment (the largest
+        power-of-two number of hosts a domain holds) but not of the domain fills 64-GPU segments: 128, 256, 512
+        GB200s; any other job fills whole domains in order (144 = 2 x 72; 100 = 72 + 28, its groups that straddle
+        the edge priced as placed). A job inside one domain fills it."""
         domain = self.domain_gpus or self.gpus_per_node
         host = self.gpus_per_host
         node = domain
-        if host and host < domain and is_int(gpus) and gpus > domain and gpus % host == 0:
-            hosts = gpus // host
-            node = host * max(s for s in range(1, domain // host + 1) if hosts % s == 0)
+        if host and host < domain and is_int(gpus) and gpus > domain and gpus % domain:
+            segment = host * 2 ** int(math.log2(domain // host))         # 16 trays of 4 in a 72-GPU domain
+            if gpus % segment == 0:
+                node = segment
         if node == self.gpus_per_node:
             return self
         return replace(self, gpus_per_node=node, domain_gpus=domain)

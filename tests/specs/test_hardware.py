@@ -176,16 +176,17 @@ def test_gb200_nvlink_domain_is_the_node():
 
 @pytest.mark.parametrize("gpus, node", [
     (8, 72), (72, 72),            # inside one domain: the job fills it
-    (128, 64), (256, 64), (512, 64), (1024, 64),     # 32+ trays: NVIDIA's 16-tray segments
-    (144, 72), (96, 48),          # 36 trays: two full domains; 24 trays: 12 divides 24, 13..18 do not
-    (100, 20), (76, 4),           # 25 trays: 5 per segment; 19 (a prime above 18): one tray each
+    (128, 64), (256, 64), (512, 64), (1024, 64),     # multiples of NVIDIA's 16-tray segment: 64-GPU segments
+    (144, 72), (1152, 72),        # multiples of the domain: whole domains
+    (96, 72), (100, 72), (76, 72), (88, 72),         # anything else: whole domains in order, the rest on the next
 ])
 def test_a_job_beyond_one_gb200_domain_fills_equal_segments(gpus, node):
-    """HardwareSpec.for_job: the largest whole number of 4-GPU trays that divides the job and fits a 72-GPU domain.
-    Profiles whose host is the node (H100: 8-GPU nodes) are unchanged, whatever the count."""
+    """HardwareSpec.for_job: 64-GPU segments (16 trays, a power of two that fits the 72-GPU domain) for a job that
+    is a multiple of them and not of the domain, else whole domains in order. TP 8 tiles either. Profiles whose
+    host is the node (H100: 8-GPU nodes) are unchanged, whatever the count."""
     hw = load_hardware("gb200")
     seg = hw.for_job(gpus)
-    assert seg.gpus_per_node == node and (gpus % node == 0 or gpus < node)
+    assert seg.gpus_per_node == node and node % 8 == 0
     assert (seg.domain_gpus, seg.alloc_gpus) == ((72, 4) if node != 72 else (0, 4))
     assert seg.for_job(gpus) is seg and seg.for_job(72).gpus_per_node == 72      # from the domain, not the segment
     h100 = load_hardware("h100-sxm")
