@@ -21,7 +21,7 @@ def check_writable(path, flag: str = "--output") -> Path:
     try:
         if given.is_dir():
             raise PlannerError(flag, f"{given} is a directory; expected a file path")
-        if _is_stream(given):                     # through the path given: /dev/stdout's link has no real path
+        if _is_stream(given) or _own_stream(given) is not None:                     # through the path given: /dev/stdout's link has no real path
             if not os.access(given, os.W_OK):
                 raise PlannerError(flag, f"cannot write {given}: permission denied")
             return given
@@ -40,6 +40,23 @@ def check_writable(path, flag: str = "--output") -> Path:
     return target
 
 
+def _own_stream(path: Path) -> int | None:
+    """1 or 2 when `path` is this process's stdout or stderr (/dev/stdout, /dev/fd/1, /proc/self/fd/2, or the file
+    the shell redirected them to): written through that descriptor, where the shell's offset and mode live."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino):
+            return fd
+    return None
+
+
 def _is_stream(target: Path) -> bool:
     """An existing target that is not a regular file (/dev/null, /dev/stdout's terminal or pipe, a FIFO): written
     in place, never replaced by a rename."""
@@ -52,12 +69,18 @@ def _is_stream(target: Path) -> bool:
 
 def write_atomic(path, data: str | bytes, flag: str = "--output") -> None:
     """Write to a temporary file beside `path`, then rename: a failure never leaves a truncated or clobbered file.
-    A device, pipe or FIFO (/dev/stdout, /dev/null) is written in place instead: renaming over it would replace it
-    with a regular file. Errors name `flag`, the option that gave the path."""
+    A device, pipe or FIFO (/dev/null) is written in place instead: renaming over it would replace it with a
+    regular file; this process's own stdout or stderr (/dev/stdout, even redirected to a file) is written through
+    its descriptor. Errors name `flag`, the option that gave the path."""
     target = check_writable(path, flag)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = None
     try:
+        fd = _own_stream(target)
+        if fd is not None:                        # -o /dev/stdout > file: append where the shell is
+            (sys.stdout if fd == 1 else sys.stderr).flush()
+            os.write(fd, payload)
+            return
         if _is_stream(target):
             with open(target, "wb") as fh:
                 fh.write(payload)

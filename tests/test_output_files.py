@@ -195,3 +195,21 @@ def test_a_pipe_or_a_link_is_written_through_not_replaced(capsys, tmp_path):
     code, _, err = run(capsys, "--model", "8b", "--gpus", "8", "--top", "1", "-o", link)
     assert code == 0, err
     assert link.is_symlink() and json.loads(real.read_text())["configs"] and leftovers(tmp_path) == []
+
+
+def test_output_to_dev_stdout_redirected_to_a_file_appends_where_the_shell_is(tmp_path):
+    """`plan -o /dev/stdout >> log` once renamed a new file over the shell's log (its old lines lost) and `{ echo a;
+    plan -o /dev/stdout; echo b; } > f` kept only the JSON: this process's stdout is written through its descriptor."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/stdout"):
+        pytest.skip("needs /dev/stdout")
+    log = tmp_path / "log.txt"
+    log.write_text("old\n")
+    script = (f"echo header >> {log}; {sys.executable} -m planner --model 8b --gpus 8 --top 1 --format csv "
+              f"-o /dev/stdout >> {log}; echo footer >> {log}")
+    subprocess.run(["sh", "-c", script], check=True, capture_output=True, timeout=120)
+    lines = log.read_text().splitlines()
+    assert lines[:3] == ["old", "header", lines[2]] and lines[2].startswith("tp,cp,pp,dp") and lines[-1] == "footer"
