@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import re
+from decimal import Decimal
 from numbers import Integral, Real
 
 import numpy as np
@@ -43,12 +43,12 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?|b)?\s*", str(text).lower())
     if not match:
         raise PlannerError(flag, f"got {text!r}, expected a number with an optional suffix ({SUFFIX_RULE})")
-    number, suffix = float(match.group(1)), (match.group(2) or "").replace("b", "g")
+    suffix = (match.group(2) or "").replace("b", "g")
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
-    value = number * _SUFFIX[suffix]
-    if not math.isfinite(value) or value > 1e30:
+    value = Decimal(match.group(1)) * _SUFFIX[suffix]          # exact: 8.2T is 8,200,000,000,000 (floats: ...999.999)
+    if value > Decimal("1e30"):
         raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
-    if value < 1 or value != int(value):
+    if value < 1 or value != value.to_integral_value():
         raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
     return int(value)

@@ -46,6 +46,10 @@ def test_parse_token_counts():
     assert parse_count("16M", "--global-batch-tokens", binary=True) == 16 * 2**20
     assert parse_count("1e12", "--tokens") == parse_count("1T", "--tokens") == 10**12
     assert parse_count("1.5e13", "--tokens") == 15 * 10**12 and parse_count("2e3k", "--tokens") == 2 * 10**6
+    # exact decimal arithmetic: 8.2 x 10^12 in floats is 8199999999999.999 (was refused as not whole)
+    assert parse_count("8.2T", "--tokens") == 8_200_000_000_000 and parse_count("2.01T", "--tokens") == 2_010 * 10**9
+    assert parse_count("9007199254740993", "--tokens") == 9007199254740993          # 2^53 + 1, not rounded
+    assert parse_count("4.5Mi", "--global-batch-tokens", binary=True) == 4.5 * 2**20
     for bad in ("lots", "1e", "e12", "1e999", "1.5e-1"):
         with pytest.raises(PlannerError):
             parse_count(bad, "--tokens")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -172,14 +173,16 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
             if len(shown) > 80:                      # a whole record given where a value belongs: its type is enough
                 shown = f"a {type(got).__name__} ({shown[:60]}...)"
             msg = f"{err['msg']}, got {shown}"
-            if isinstance(got, str) and _reads_as_number(got):    # YAML 1.1 takes 1e9 (no dot) for text
+            if err["type"].startswith("float") and isinstance(got, str) and _reads_as_number(got):
+                # YAML 1.1 takes 1e9 (no dot, no sign) for text; a float field reads 1.0e+09
                 msg += f" (text in YAML: write {got!r} as a plain number, e.g. {float(got):.1e} with a dot and a sign)"
         raise PlannerError(f"{where}: {loc}" if loc else where, msg) from None
 
 
 def _reads_as_number(text: str) -> bool:
+    """A finite number written in ASCII (so not 'nan', 'inf' or full-width digits)."""
     try:
-        float(text)
+        value = float(text)
     except ValueError:
         return False
-    return text.strip().isascii()
+    return text.strip().isascii() and math.isfinite(value)
