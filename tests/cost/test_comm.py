@@ -250,6 +250,16 @@ def test_network_overlap_slowdown_is_charged_per_byte_not_per_latency():
     bw2, lat2 = 2 * bw, BASE + 6 * A_INTER
     assert float(overlap_slowdown((1, 8), HW, nbytes=1e6, rounds=2)) == pytest.approx(
         0.1 * W_NET / W_NODE * bw2 / (bw2 + lat2), rel=1e-12)
+    # a profile with a network value of its own (the bundled ones fit 0): per second over the network phase's whole
+    # time, latencies included, unless the per-byte floor is larger
+    import dataclasses
+    hw = dataclasses.replace(HW, overlap_slowdown_inter=0.05)
+    assert float(overlap_slowdown((1, 8), hw, nbytes=1e6)) == pytest.approx(0.05, rel=1e-12)
+    low = dataclasses.replace(HW, overlap_slowdown_inter=0.002)
+    assert float(overlap_slowdown((1, 8), low, nbytes=1e6)) == pytest.approx(
+        max(0.002 * (bw + lat), 0.1 * W_NET / W_NODE * bw) / (bw + lat), rel=1e-12)
+    assert float(overlap_slowdown((1, 8), low, nbytes=1e12)) == pytest.approx(0.1 * W_NET / W_NODE, rel=1e-5)
+    assert float(overlap_slowdown((8, 2), hw, nbytes=1e6, ring=True, size=16)) == pytest.approx(0.05, rel=1e-12)
     # a CP ring of 16 over 2 nodes: 15 steps of S/16 on the NIC, 14 µs + 15 x 4 µs of latency
     bw_r, lat_r = 15 * 1e6 / 16 / W_NET, BASE + 15 * A_INTER
     assert float(overlap_slowdown((8, 2), HW, nbytes=1e6, ring=True, size=16)) == pytest.approx(
