@@ -222,6 +222,9 @@ def _emit(text: str, output) -> None:
 def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None:
     from planner import report
 
+    if "reason" in df:                            # a row's error names the library keyword: say the flag here
+        df = df.assign(reason=[flag_name(r) if isinstance(r, str) else r for r in df["reason"]])
+
     if fmt is Format.json:
         _emit(report.json_text({"title": title, "rows": report.frame_records(df)}), output)
     elif fmt is Format.csv:

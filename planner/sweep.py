@@ -10,7 +10,7 @@ import numpy as np
 from planner.checks import checked_int, is_int, is_real, parse_count
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
-from planner.errors import PlannerError, flag_name, library_api
+from planner.errors import PlannerError, library_api
 from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS, Runtime
 
@@ -120,8 +120,7 @@ def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError
     try:
         r = run_search(m, gpus, hardware=hw, pins=pins, find_min_gpus=False, **search_kwargs)
     except PlannerError as exc:                   # a pin or value this job cannot take (e.g. --tp not dividing it)
-        return ({"gpus": gpus, "status": "no valid layout", "reason": f"{flag_name(exc.field)}: {exc.message}",
-                 "fits": False,
+        return ({"gpus": gpus, "status": "no valid layout", "reason": str(exc), "fits": False,
                  "tokens_per_s": np.nan}, exc)
     if len(r.table):
         return {"gpus": gpus, "status": "ok", "reason": None, **r.table.iloc[0].to_dict()}, None

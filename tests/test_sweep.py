@@ -177,7 +177,7 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
     with pytest.raises(PlannerError, match=r"^tp: tp\(3\) does not divide gpus\(8\)"):
         sweep("8b", "8,16", tp=3)                                # no count can take it: bad input
     df = sweep("8b", "8,12", tp=8)                               # one count can: the other row says why
-    assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "--tp: tp(8) does not divide gpus(12)"
+    assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "tp: tp(8) does not divide gpus(12)"
 
 
 @pytest.mark.parametrize("kwargs, field", [

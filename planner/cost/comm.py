@@ -30,8 +30,10 @@ def group_span(size, stride, gpus_per_node, world=None):
     Otherwise (16-rank TP groups, or 32-rank DP blocks, on 72-GPU NVL72 nodes) some groups straddle a node edge
     with unequal shares (64 ranks on 128 GPUs: 8 on one node, 56 on the next). A node of k members sends and
     receives (1 − k/n)·S/k over its k NICs in an all-gather or reduce-scatter, so the node with the fewest members
-    paces the network phase: (k_min, n/k_min) gives exactly that in the hierarchical formulas, k_min over the job's
-    groups (`world` ranks; by default every offset the block size can reach) that leave their node."""
+    paces the network phase: (k_min, n/k_min) gives exactly that network time in the hierarchical formulas, k_min
+    over the job's groups (`world` ranks; by default every offset the block size can reach) that leave their node.
+    The in-node phase and the step latencies then see k_min members and n/k_min nodes too: an approximation for
+    uneven nodes (8 + 56 ranks: the NVLink phase at 7/8 rather than 55/56, 7 network steps for 2 nodes)."""
     size, stride = np.asarray(size), np.asarray(stride)
     g = gpus_per_node
     k = np.clip(g // np.maximum(stride, 1), 1, size)
@@ -47,8 +49,16 @@ def group_span(size, stride, gpus_per_node, world=None):
     n, st, w, mask, k, nodes = (np.broadcast_to(np.asarray(x), shape).ravel()
                                 for x in (size, stride, w, ragged, k, nodes))
     k, nodes = k.astype(float), nodes.astype(float)
-    triples, inverse = np.unique(np.stack([n[mask], st[mask], w[mask]], axis=1), axis=0, return_inverse=True)
-    k_min = np.array([_group_spread(*(int(x) for x in row), g)[1] for row in triples])   # few distinct shapes
+    # a few distinct (size, stride, world) shapes among many rows, each enumerated once; one world (a search's)
+    # makes (size, stride) one 50-bit key (both < 2^25 > MAX_GPUS), far faster to sort than rows of three
+    rows = np.stack([n[mask], st[mask], w[mask]], axis=1).astype(np.int64)
+    if np.all(rows[:, 2] == rows[0, 2]):
+        keys, inverse = np.unique((rows[:, 0] << 25) | rows[:, 1], return_inverse=True)
+        shapes = [(int(key >> 25), int(key & (2**25 - 1)), int(rows[0, 2])) for key in keys]
+    else:
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        shapes = [tuple(int(x) for x in row) for row in uniq]
+    k_min = np.array([_group_spread(*shape, g)[1] for shape in shapes])
     k[mask] = k_min[inverse.ravel()]
     nodes[mask] = n[mask] / k[mask]
     return k.reshape(shape), nodes.reshape(shape)
@@ -130,14 +140,6 @@ def _span(size, stride, hw: HardwareSpec, hierarchical, world=None):
         return k, nodes
     flat = nodes > 1
     return np.where(flat, 1, k), np.where(flat, np.asarray(size), nodes)
-
-
-def node_phase_share(span, hw: HardwareSpec, nbytes=1e12, count=1):
-    """Share of a collective's bandwidth time spent in its in-node (NVLink) phase, for the group's (k, M) span and
-    calls of nbytes/count bytes (the terms of _phase_times). 1 for a group inside one node, 0 for a flat ring that
-    leaves the node (k = 1)."""
-    node, net = _phase_times(nbytes, span, hw, count, 1)
-    return np.where(node + net > 0, node / np.maximum(node + net, 1e-300), 1.0)
 
 
 def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, ring=False, size=None):

@@ -52,7 +52,7 @@ def recompute_code(value: str | int) -> int:
         return RECOMPUTE.index(value.lower())
     if is_int(value) and value in range(len(RECOMPUTE)):       # a whole number, as every other knob (2.0 is not)
         return int(value)
-    raise PlannerError("--recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
+    raise PlannerError("recompute", f"got {value!r}, expected one of {', '.join(RECOMPUTE)}")
 
 
 def recompute_codes(recompute) -> np.ndarray:
@@ -75,7 +75,7 @@ def zero_code(value: str | int) -> int:
     match = (None if isinstance(value, (bool, np.bool_, float, np.floating))
              else re.fullmatch(r"(?:zero-?)?([0-3])", str(value).strip().lower()))
     if not match:
-        raise PlannerError("--zero", f"got {value!r}, expected a ZeRO stage 0, 1, 2 or 3")
+        raise PlannerError("zero_stage", f"got {value!r}, expected a ZeRO stage 0, 1, 2 or 3")
     return int(match.group(1))
 
 
@@ -91,10 +91,10 @@ class Job:
     global_batch: int
 
     def __post_init__(self):
-        for name, value, upper in (("--gpus", self.gpus, MAX_GPUS), ("--seq-len", self.seq_len, MAX_SEQ_LEN),
-                                   ("--global-batch", self.global_batch, MAX_GLOBAL_BATCH)):
-            value = checked_int(value, name)
-            object.__setattr__(self, name.removeprefix("--").replace("-", "_"), value)
+        for name, value, upper in (("gpus", self.gpus, MAX_GPUS), ("seq_len", self.seq_len, MAX_SEQ_LEN),
+                                   ("global_batch", self.global_batch, MAX_GLOBAL_BATCH)):
+            value = checked_int(value, name)               # named as the keyword; the CLI names its flag
+            object.__setattr__(self, name, value)
             if value > upper:
                 raise PlannerError(name, f"got {value:,}, expected at most {upper:,}")
 
@@ -211,13 +211,13 @@ class Layout:
 
     def __post_init__(self):
         for f in ("tp", "cp", "pp", "dp", "micro_batch", "vpp"):
-            object.__setattr__(self, f, checked_int(getattr(self, f), f"--{f.replace('_', '-')}"))
+            object.__setattr__(self, f, checked_int(getattr(self, f), f))
         k = self.recompute_layers
         if not is_int(k) or k < 0:
-            raise PlannerError("--recompute-layers", f"got {k!r}, expected a non-negative integer (0: every layer)")
+            raise PlannerError("recompute_layers", f"got {k!r}, expected a non-negative integer (0: every layer)")
         object.__setattr__(self, "recompute_layers", int(k))
         if not isinstance(self.sequence_parallel, (bool, np.bool_)):
-            raise PlannerError("--sequence-parallel", f"got {self.sequence_parallel!r}, expected True or False")
+            raise PlannerError("sequence_parallel", f"got {self.sequence_parallel!r}, expected True or False")
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         object.__setattr__(self, "recompute", RECOMPUTE[recompute_code(self.recompute)])
         object.__setattr__(self, "zero_stage", zero_code(self.zero_stage))

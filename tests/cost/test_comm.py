@@ -178,15 +178,6 @@ def test_placement_strides_and_pp_crossing_by_hand():
     assert not pp_crosses_nodes(4, 2, 9, False, 72)      # 8-rank blocks tile 72
 
 
-def test_node_phase_share_by_hand():
-    """64 ranks on 8 nodes: NVLink phase 7/8 / W_node against the network's 7/8 / (8 W_net); inside a node all of
-    it, a flat ring that leaves the node none."""
-    from planner.cost.comm import node_phase_share
-    node, net = 7 / 8 / W_NODE, 7 / 8 / 8 / W_NET
-    assert node_phase_share((8, 8), HW) == pytest.approx(node / (node + net))
-    assert node_phase_share((8, 1), HW) == 1.0 and node_phase_share((1, 4), HW) == 0.0
-
-
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_data_parallel_scaling_never_exceeds_one(zero):
     """Doubling DP at a fixed per-GPU load (8B, micro-batch 1, 16 micro-batches per rank) never shortens the step
@@ -220,14 +211,15 @@ def test_overlap_slowdown_by_hand():
     W_net/W_node as fast: at least 0.1 x W_net/W_node (the profile's 0 would make a network phase free, and a node
     with less NVLink faster). A hierarchical all-gather over 8 nodes mixes the two by its NVLink share; a CP ring
     over 2 nodes waits for its NIC hop, so its NVLink hops are busy W_net/W_node of each step: the same value."""
-    from planner.cost.comm import node_phase_share, overlap_slowdown
+    from planner.cost.comm import overlap_slowdown
     u = HW.overlap_slowdown_intra
     assert (u, HW.overlap_slowdown_inter) == (0.1, 0.0)
     net = u * W_NET / W_NODE
     assert net == pytest.approx(0.1 * 47 / 369, rel=1e-12)                 # 0.0127: 47 of 369 GB/s
     assert overlap_slowdown((8, 1), HW) == u and overlap_slowdown((8, 1), HW, ring=True) == u
-    share = node_phase_share((8, 8), HW)
-    # 1 TB: the latencies are a few parts per million of the time
+    # 64 ranks on 8 nodes: NVLink phase 7/8 / W_node against the network's 7/8 / (8 W_net) per byte; 1 TB, so the
+    # latencies are a few parts per million of the time
+    share = (7 / 8 / W_NODE) / (7 / 8 / W_NODE + 7 / 8 / 8 / W_NET)
     assert 0 < share < 1 and overlap_slowdown((8, 8), HW) == pytest.approx(u * share + net * (1 - share), rel=1e-5)
     assert overlap_slowdown((1, 8), HW) == pytest.approx(net, rel=1e-5)    # one GPU per node: all network
     assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(net, rel=1e-5)
