@@ -34,7 +34,7 @@ print(c[["hardware", "tp", "pp", "dp", "mfu", "time_to_train_days", "cost_usd"]]
 errors = [abs(planner.predict(run).throughput_error) for run in planner.load_runs()]
 print(f"median |error| over {len(errors)} published runs: {np.median(errors):.1%}")
 
-# 7. A readable table in a notebook: planner.style(df) returns a pandas Styler.
+# 7. A readable table in a notebook: planner.style(df) returns a StyledTable (HTML in Jupyter, text elsewhere).
 html = planner.style(df.head(5)).to_html()
 print(f"styled HTML table: {len(html):,} characters")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
+from planner.cost.step import knob_columns
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -17,7 +18,9 @@ from planner.specs.strategy import RECOMPUTE, Job
 
 def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
           flash_attention: bool = True):
-    """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero)."""
+    """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero, or a result
+    table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job)."""
+    c, hw = knob_columns(c), hw.for_job(job.gpus)
     t, cp, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
                                                               "zero"))
     s, gpn = job.seq_len, hw.gpus_per_node

@@ -70,8 +70,8 @@ class Evaluation:
 @library_api
 def evaluate(model="405b", gpus=512, **kwargs) -> Evaluation:
     """Evaluate one layout. Pin its knobs by name (tp, cp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
-    zero_stage: the fields of specs.strategy.Layout; with tp, pp and dp pinned, cp is 1 unless given); the other
-    keyword arguments are those of `run_search`."""
+    recompute_layers, zero_stage: the fields of specs.strategy.Layout; with tp, pp and dp pinned, cp is 1 unless
+    given); the other keyword arguments are those of `run_search`."""
     pins = pop_pins(kwargs, "evaluate", ("model", "gpus", "find_min_gpus"))
     result = require_valid(run_search(model, gpus, pins=pins, find_min_gpus=False, **kwargs))
     row = result.table.iloc[0] if len(result.table) else result.closest.iloc[0]

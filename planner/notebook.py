@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+from planner.errors import PlannerError
+
 _FORMATS = {"memory_gib": "{:.1f}", "step_time_s": "{:.2f}", "tokens_per_s": "{:,.0f}", "tflops_per_gpu": "{:.0f}",
             "mfu": "{:.1%}", "hfu": "{:.1%}", "time_to_train_days": "{:.1f}", "gpu_hours": "{:,.0f}",
             "cost_usd": "${:,.0f}", "energy_mwh": "{:,.0f}", "scaling_efficiency": "{:.0%}",
@@ -32,6 +34,15 @@ class StyledTable:
 def style(df, columns=None) -> StyledTable:
     """A readable view of a search, sweep or comparison table: the main columns, units formatted (no extra
     dependency: pandas' own Styler would need jinja2)."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise PlannerError("df", f"got {type(df).__name__}, expected a DataFrame from planner.search, sweep or "
+                                 "compare_hardware (an evaluation renders itself in Jupyter)")
+    unknown = [c for c in (columns or ()) if c not in df.columns]
+    if unknown:
+        raise PlannerError("columns", f"{', '.join(map(repr, unknown))} not in the table; expected some of "
+                                      f"{', '.join(df.columns)}")
     cols = list(columns) if columns is not None else [c for c in _PREFERRED if c in df.columns]
     view = df[cols].copy()
     for c in cols:

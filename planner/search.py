@@ -257,8 +257,12 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
 
     check_options(runtime=runtime, precision=precision, pins=pins)
     pins = normalized_pins(pins)
-    if not isinstance(allow_cross_node_tp, (bool, np.bool_)):
-        raise PlannerError("allow_cross_node_tp", f"got {allow_cross_node_tp!r}, expected True or False")
+    if runtime.tp_comm_overlap and pins.sequence_parallel is False and pins.tp != 1:      # as --tp-comm-overlap
+        raise PlannerError("runtime", "tp_comm_overlap=True needs sequence parallelism (Megatron asserts it), and "
+                                      "sequence_parallel is pinned False; drop one of them")
+    for name, flag in (("allow_cross_node_tp", allow_cross_node_tp), ("find_min_gpus", find_min_gpus)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise PlannerError(name, f"got {flag!r}, expected True or False")
     m, hw = load_model(model), load_hardware(hardware)
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)

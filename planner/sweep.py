@@ -204,10 +204,13 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     profiles, given = [], {}
     for name in names:                            # every profile checked before any search
         hw = load_hardware(name)
+        label = repr(name) if isinstance(name, str) else f"a HardwareSpec named {hw.name!r}"
         if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
-            raise PlannerError("--hardware", f"{given[hw.name]!r} and {name!r} are the same profile ({hw.name}); "
-                                             "expected each profile once")
-        given[hw.name] = name
+            rename = ("" if isinstance(name, str) else
+                      " (give a changed copy its own name: dataclasses.replace(hw, name=...))")
+            raise PlannerError("--hardware", f"{given[hw.name]} and {label} are the same profile ({hw.name}); "
+                                             f"expected each profile once{rename}")
+        given[hw.name] = label
         runtime.for_hardware(hw)                  # a runtime feature a profile cannot run is the caller's error
         profiles.append(hw)
     rows, errors = [], []

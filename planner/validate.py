@@ -354,6 +354,8 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     have trained, so "fits" here means the modelled memory fits the GPU's HBM: the search's planning headroom
     (spare memory for a layout not yet run) is not applied unless `headroom_gib` is passed.
     """
+    if not isinstance(run, ValidationRun):
+        raise PlannerError("run", f"got {run!r}, expected a ValidationRun (from planner.load_runs())")
     search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")

@@ -101,17 +101,26 @@ def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
 
 def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported(capsys):
     """Megatron asserts that TP communication overlap runs only with sequence parallelism: without SP the flag buys
-    nothing; with it, the step shrinks and the Megatron export carries --tp-comm-overlap."""
+    nothing in the cost model and is refused by the CLI and the library alike; with it, the step shrinks and the
+    Megatron export carries --tp-comm-overlap."""
     base = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "64", "--dp", "1", "--micro-batch", "1",
             "--recompute", "full", "--zero", "0", "--vpp", "1"]
 
     def step(*extra):
         return json.loads(runner.invoke(app, base + list(extra) + ["--format", "json"]).stdout)["step_time_s"]
+    import numpy as np
+
+    import planner
+    from planner.cost.step import step_columns
     from planner.evaluate import evaluate
     from planner.specs.strategy import Runtime
     layout = dict(tp=8, pp=64, dp=1, micro_batch=1, recompute="full", zero_stage=0, vpp=1, sequence_parallel=False)
-    assert (evaluate("405b", 512, runtime=Runtime(tp_comm_overlap=True), **layout).row["step_time_s"]
-            == evaluate("405b", 512, **layout).row["step_time_s"])
+    with pytest.raises(planner.PlannerError, match="^runtime: tp_comm_overlap=True .* sequence_parallel is pinned"):
+        evaluate("405b", 512, runtime=Runtime(tp_comm_overlap=True), **layout)
+    ev = evaluate("405b", 512, **layout)
+    cols = {k: np.array([v]) for k, v in {**layout, "cp": 1, "recompute_layers": 0}.items()}
+    priced = step_columns(ev.result.model, ev.result.hardware, ev.result.job, cols, runtime=Runtime(tp_comm_overlap=True))
+    assert float(priced["step_time_s"][0]) == ev.row["step_time_s"]
     assert_mentions(bad(capsys, *base, "--no-sequence-parallel", "--tp-comm-overlap"), "--tp-comm-overlap",
                     "sequence parallelism")
     assert step("--sequence-parallel", "--tp-comm-overlap") < step("--sequence-parallel")
@@ -238,3 +247,4 @@ def test_a_search_prices_pp_next_to_tp_only_where_a_framework_launches_it():
     assert "--use-tp-pp-dp-mapping" not in text and "which megatron cannot launch" in text
     text, notes = best_supported("megatron", forced)                # priced again in an order it launches
     assert "--use-tp-pp-dp-mapping" not in text and "cannot launch" not in text
+

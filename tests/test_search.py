@@ -249,3 +249,67 @@ def test_library_calls_name_themselves_and_their_arguments():
         with pytest.raises(PlannerError) as info:
             call()
         assert info.value.field == field
+
+
+def test_cost_columns_take_a_result_table_and_price_it_as_the_search_does():
+    """step_columns takes a search table's own columns (sequence_parallel, zero_stage, recompute_layers; recompute
+    as the object column of names pandas gives) and places each row as the search places a job of its size, GB200's
+    64-GPU segments included (it once priced 405B on 128 GB200s at 330.6 s where evaluate said 329.3 s); a row set
+    of several GPU counts is priced count by count."""
+    import numpy as np
+
+    import planner
+    from planner.constraints import rules
+    from planner.cost.step import step_columns
+
+    knobs = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute", "recompute_layers",
+             "zero_stage")
+    m, gb = planner.load_model("70b"), planner.load_hardware("gb200")
+    df = planner.search("70b", 256, hardware="gb200")
+    job = planner.Job(gpus=256, seq_len=8192, global_batch=2048)
+    out = step_columns(m, gb, job, {k: df[k].to_numpy() for k in knobs})
+    assert np.array_equal(out["step_time_s"], df["step_time_s"].to_numpy())
+    assert all(mask.all() for _, mask in rules(m, gb, job, {k: df[k].to_numpy() for k in knobs}))
+    ev = planner.evaluate("405b", 128, hardware="gb200", tp=8, pp=4, dp=4, micro_batch=1, vpp=1,
+                          sequence_parallel=True, recompute="none", zero_stage=1)
+    both = {k: np.array([ev.row[k], ev.row[k]]) for k in knobs}
+    both["dp"] = np.array([4, 2])                     # 128 GPUs (64-GPU segments) and 64 (one domain)
+    mixed = step_columns(planner.load_model("405b"), gb, ev.result.job, both)
+    alone = step_columns(planner.load_model("405b"), gb, ev.result.job, {k: v[:1] for k, v in both.items()})
+    assert mixed["step_time_s"][0] == alone["step_time_s"][0] == ev.row["step_time_s"]
+    with pytest.raises(planner.PlannerError, match="^cols: missing"):
+        step_columns(m, gb, job, {"tp": np.array([8])})
+
+
+def test_library_entry_points_refuse_what_they_cannot_use_with_a_planner_error():
+    """Each raised something else (AttributeError, KeyError) or took a string as True."""
+    import dataclasses
+
+    import planner
+
+    cases = [(lambda: planner.style(planner.evaluate("8b", 8, tp=1, pp=1, dp=8)), "df"),
+             (lambda: planner.style(planner.search("8b", 8), columns=["bogus"]), "columns"),
+             (lambda: planner.predict("narayanan2021_t1_1p7b"), "run"),
+             (lambda: planner.search("8b", 8, find_min_gpus="no"), "find_min_gpus")]
+    for call, field in cases:
+        with pytest.raises(planner.PlannerError) as info:
+            call()
+        assert info.value.field == field
+    hw = planner.load_hardware("h100-sxm")
+    with pytest.raises(planner.PlannerError, match="dataclasses.replace") as info:
+        planner.compare_hardware("70b", 256, [hw, dataclasses.replace(hw, inter_bw_bytes_per_s=1e11)])
+    assert "HardwareSpec(" not in str(info.value)                      # not the whole spec's repr
+
+
+def test_readme_notebook_code_runs_and_the_cost_columns_match_the_search():
+    """README's notebook block, executed as written: the vectorised path it shows reproduces the search's rows."""
+    import re
+    from pathlib import Path
+
+    import numpy as np
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## In a notebook"):text.index("## How it works")]
+    ns: dict = {}
+    exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), ns)     # noqa: S102 - our own README
+    assert np.array_equal(ns["out"]["step_time_s"], ns["df"]["step_time_s"].to_numpy())

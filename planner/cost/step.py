@@ -39,6 +39,12 @@ def knob_columns(cols: dict) -> dict:
     """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer).
     Recompute may be given as names or codes (read as codes); the other knobs must be integers (sp: booleans or
     0/1), so that a string or a fraction is an error here, not a silently different layout."""
+    named = {KNOB_COLUMNS[k]: v for k, v in cols.items() if k in KNOB_COLUMNS}      # a result table's names
+    cols = {**named, **cols}
+    missing = [k for k in KNOBS if k not in cols and k != "rc_layers"]
+    if missing:
+        raise PlannerError("cols", f"missing {', '.join(missing)}; expected a column per knob: "
+                                   f"{', '.join(KNOBS)} (or {', '.join(KNOB_COLUMNS)})")
     c = {k: np.asarray(cols[k] if k in cols or k != "rc_layers" else 0) for k in KNOBS}
     c["recompute"] = recompute_codes(c["recompute"])
     for k, col in c.items():
@@ -184,9 +190,32 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
                  runtime: Runtime = Runtime()) -> dict:
-    """Evaluate layouts given as columns (KNOBS); returns columns of memory parts (bytes), time parts (s) and
-    throughput. Validity is not checked here (see planner.constraints)."""
-    c, runtime = knob_columns(cols), runtime.for_hardware(hw)
+    """Evaluate layouts given as columns (KNOBS, or the result tables' names: sequence_parallel, zero_stage,
+    recompute_layers); returns columns of memory parts (bytes), time parts (s) and throughput. Each row's GPU count
+    is t·cp·p·d, placed as the hardware places a job of that size (HardwareSpec.for_job: GB200 segments), as the
+    search does. Validity is not checked here (see planner.constraints.rules)."""
+    c = knob_columns(cols)
+    world = c["tp"] * c["cp"] * c["pp"] * c["dp"]
+    sizes = np.unique(world)
+    if len(sizes) == 1:
+        return _step_columns(m, hw.for_job(int(sizes[0])), job, c, precision, runtime)
+    if all(hw.for_job(int(n)) is hw for n in sizes):
+        return _step_columns(m, hw, job, c, precision, runtime)
+    parts = {int(n): _step_columns(m, hw.for_job(int(n)), job, {k: v[world == n] for k, v in c.items()}, precision,
+                                   runtime) for n in sizes}        # a few GPU counts placed differently: each apart
+    out = {}
+    for key in parts[int(sizes[0])]:
+        first = np.asarray(parts[int(sizes[0])][key])
+        out[key] = np.empty(world.shape, dtype=first.dtype)
+        for n, res in parts.items():
+            out[key][world == n] = np.broadcast_to(res[key], (int(np.sum(world == n)),))
+    return out
+
+
+def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: Precision, runtime: Runtime) -> dict:
+    """step_columns for layouts of one placement (`hw` as a job of their size sees it)."""
+    runtime = runtime.for_hardware(hw)
+    c = dict(c)
     t, cp, p, d, b, v, rc, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero"))
     e = precision.activation_bytes
     num_mb = num_microbatches(job, b, d)

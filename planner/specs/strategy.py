@@ -59,6 +59,8 @@ def recompute_codes(recompute) -> np.ndarray:
     """Recompute as codes 0-3 for the cost functions: a name, a code, or an array of either (validated, so that a
     name or an out-of-range code is not silently read as no recompute)."""
     rc = np.asarray(recompute)
+    if rc.dtype.kind == "O" and all(isinstance(x, str) for x in rc.ravel()):   # a DataFrame column of names
+        rc = rc.astype(str)
     if rc.dtype.kind in "US":
         code = {name: i for i, name in enumerate(RECOMPUTE)}
         rc = np.array([code.get(str(n).lower(), -1) for n in rc.ravel()], dtype=int).reshape(rc.shape)
