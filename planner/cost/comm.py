@@ -162,12 +162,18 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
         bw, lat = _ring_parts(nbytes, np.asarray(span[0]) * nodes if size is None else size, nodes > 1, hw)
         busy = np.maximum(hw.overlap_slowdown_inter * (bw + lat), per_byte * bw)
         return np.where(nodes > 1, busy / np.maximum(bw + lat, 1e-300), u_node)
-    k = np.asarray(span[0])
-    node, net = _phase_times(nbytes, span, hw, count, rounds)
-    lat_node, lat_net = (count * x for x in _latency_parts(k, nodes, hw, rounds, rounds == 2))
+    return _slowdown(_collective_parts(nbytes, span, hw, count, rounds), nodes, hw)
+
+
+def _slowdown(parts, nodes, hw: HardwareSpec):
+    """overlap_slowdown of a hierarchical collective from its (in-node, network, in-node latency, network latency)
+    times (_collective_parts)."""
+    node, net, lat_node, lat_net = parts
+    u_node = hw.overlap_slowdown_intra
+    per_byte = u_node * _network_byte_ratio(hw)
     busy = u_node * (node + lat_node) + np.maximum(hw.overlap_slowdown_inter * (net + lat_net), per_byte * net)
     total = node + net + lat_node + lat_net
-    return np.where(nodes > 1, busy / np.maximum(total, 1e-300), u_node)
+    return np.where(np.asarray(nodes) > 1, busy / np.maximum(total, 1e-300), u_node)
 
 
 def _network_byte_ratio(hw: HardwareSpec):
@@ -232,10 +238,26 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     of x bytes at that level (S/count inside the node, S/(k·count) across nodes). The bundled profiles leave H at
     0, the plateau: the references hold no measured curve per fabric, so collectives of a few MB are optimistic.
     """
-    k, nodes = span if span is not None else _span(size, stride, hw, hierarchical)
-    node, net = _phase_times(nbytes, (k, nodes), hw, count, rounds)
-    t = node + net + count * sum(_latency_parts(k, nodes, hw, rounds, rounds == 2))
-    return np.where(np.asarray(size) > 1, t, 0.0)
+    span = span if span is not None else _span(size, stride, hw, hierarchical)
+    return np.where(np.asarray(size) > 1, sum(_collective_parts(nbytes, span, hw, count, rounds)), 0.0)
+
+
+def _collective_parts(nbytes, span, hw: HardwareSpec, count, rounds):
+    """(in-node bandwidth, network bandwidth, in-node latency, network latency) time of a collective, s."""
+    k, nodes = span
+    node, net = _phase_times(nbytes, span, hw, count, rounds)
+    lat_node, lat_net = _latency_parts(k, nodes, hw, rounds, rounds == 2)
+    return node, net, count * lat_node, count * lat_net
+
+
+def overlapped_collective(nbytes, size, stride, hw: HardwareSpec, count=1, rounds=1, span=None, hierarchical=True):
+    """(time, overlap_slowdown) of one collective from one set of terms: rounds 1 for a reduce-scatter or an
+    all-gather, 2 for an all-reduce (the time as reduce_scatter_time_s / all_reduce_time_s)."""
+    span = span if span is not None else _span(size, stride, hw, hierarchical)
+    parts = _collective_parts(nbytes, span, hw, count, rounds)
+    u = (_slowdown(parts, span[1], hw) if np.any(np.asarray(span[1]) > 1)
+         else np.full(np.shape(span[1]), hw.overlap_slowdown_intra))
+    return np.where(np.asarray(size) > 1, sum(parts), 0.0), u
 
 
 def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):

@@ -317,12 +317,13 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
     replicas = d * cp
     group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, t * cp * p * d)
-    rs = comm.reduce_scatter_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)
-    ag = comm.all_gather_time_s(param_bytes, replicas, dp_stride, hw, count=buckets, span=group)
-    ar = comm.all_reduce_time_s(grad_bytes, replicas, dp_stride, hw, count=buckets, span=group)
+    # Each collective with the share of its time that still slows overlapped compute (comm.overlap_slowdown).
+    rs, u_rs = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 1, group)
+    ag, u_ag = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, buckets, 1, group)
+    ar, u_ar = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 2, group)
     units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
-    ag3 = comm.all_gather_time_s(param_bytes, replicas, dp_stride, hw, count=units, span=group)
-    rs3 = comm.reduce_scatter_time_s(grad_bytes, replicas, dp_stride, hw, count=units, span=group)
+    ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
+    rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -337,9 +338,6 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
     # A hierarchical collective spends part of its time on NVLink, which slows overlapped compute like any in-node
     # collective, and the rest on the network: each phase brings its own slowdown (no scaling past 100%).
-    u_rs = comm.overlap_slowdown(group, hw, grad_bytes, buckets)
-    u_ag = comm.overlap_slowdown(group, hw, param_bytes, buckets)
-    u_ar = comm.overlap_slowdown(group, hw, grad_bytes, buckets, rounds=2)
     gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)
     plain = np.maximum(_exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
     reduce = np.maximum(_exposed(rs, hide_grads, u_rs), rs / edge)
@@ -353,8 +351,7 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     zero3_comm = 2 * ag3 + rs3
     zero3_edge = (ag3 + rs3) / units
     # one window for both kinds: their slowdowns weighted by their time (exact while the window holds them all)
-    u3 = (2 * ag3 * comm.overlap_slowdown(group, hw, param_bytes, units)
-          + rs3 * comm.overlap_slowdown(group, hw, grad_bytes, units)) / np.maximum(zero3_comm, 1e-300)
+    u3 = (2 * ag3 * u_ag3 + rs3 * u_rs3) / np.maximum(zero3_comm, 1e-300)
     zero3 = num_mb * np.where(rt.overlap_param_gather,
                               np.maximum(_exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
