@@ -138,8 +138,8 @@ def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError
 
 
 def _frame(rows: list[dict], errors: list):
-    """The rows as a DataFrame; bad input when no row has a valid layout. Integer columns stay integers (None
-    where a row has no layout) rather than turning into floats next to the empty rows."""
+    """The rows as a DataFrame; bad input when no row has a valid layout. Integer and boolean columns stay
+    integers and booleans, with None where a row has no layout (not floats, nor NaN beside True)."""
     import pandas as pd
 
     if all(e is not None for e in errors):
@@ -149,7 +149,9 @@ def _frame(rows: list[dict], errors: list):
     # the columns in a fitting row's order, whichever row comes first (CSV readers go by position)
     df = df[list(ok) + [c for c in df.columns if c not in ok]]
     for col, value in ok.items():
-        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and df[col].isna().any():
+        if isinstance(value, (bool, np.bool_)) and df[col].isna().any():
+            df[col] = pd.Series([None if pd.isna(v) else bool(v) for v in df[col]], dtype=object)
+        elif isinstance(value, (int, np.integer)) and df[col].isna().any():
             df[col] = pd.Series([None if pd.isna(v) else int(v) for v in df[col]], dtype=object)
     return df
 
