@@ -262,3 +262,12 @@ def test_sweep_columns_keep_their_order_whichever_count_comes_first():
     fit_first = sweep(model="70b", gpus=[64, 128])
     assert unfit_first["status"].iloc[0] != "ok" and fit_first["status"].iloc[0] == "ok"
     assert list(unfit_first.columns) == list(fit_first.columns)
+
+
+def test_a_row_without_a_layout_has_none_in_integer_and_boolean_columns():
+    """405B does not fit on 64 H100s but does on 64 B200s: the H100 row's knobs are None, whatever their type (the
+    boolean column once held NaN beside True), and the B200 row's stay int and bool."""
+    df = compare_hardware("405b", 64, ["h100-sxm", "b200"])
+    ok, empty = df[df.status == "ok"].iloc[0], df[df.status != "ok"].iloc[0]
+    assert empty.tp is None and empty.sequence_parallel is None and empty.zero_stage is None
+    assert isinstance(ok.tp, int) and isinstance(ok.sequence_parallel, bool)
