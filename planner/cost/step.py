@@ -201,6 +201,7 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
         return _step_columns(m, hw.for_job(int(sizes[0])), job, c, precision, runtime)
     if all(hw.for_job(int(n)) is hw for n in sizes):
         return _step_columns(m, hw, job, c, precision, runtime)
+    c = {k: np.broadcast_to(v, world.shape) for k, v in c.items()}
     parts = {int(n): _step_columns(m, hw.for_job(int(n)), job, {k: v[world == n] for k, v in c.items()}, precision,
                                    runtime) for n in sizes}        # a few GPU counts placed differently: each apart
     out = {}
