@@ -25,6 +25,12 @@ TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a 
 
 # --- file schema (edge: human units) -------------------------------------------------------------------------------
 
+# Physical ranges, SI (exclusive): the file schema states them in its own units and HardwareSpec checks a spec built
+# or changed in Python against the same ones (HBM typed in GiB where bytes are expected is an error either way).
+RANGES = {"peak_flops": (1e12, 1e17), "hbm_bytes": (2**30, 4096 * 2**30), "hbm_bw_bytes_per_s": (0.05e12, 100e12),
+          "tdp_w": (10, 10_000), "intra_bw_bytes_per_s": (0.1e9, 100e12), "inter_bw_bytes_per_s": (1e9 / 8, 100e12 / 8)}
+
+
 class _Strict(BaseModel):
     """Strict types, as in the model file schema (specs/model.py): `gpus_per_node: true`, `tdp_w: "700"` or
     `gpus_per_node: 8.0` is an error naming the field, never 1, 700.0 or 8. (An integer is a valid float.)"""
@@ -33,11 +39,11 @@ class _Strict(BaseModel):
 
 
 class _Peaks(_Strict):
-    bf16: float | None = Field(default=None, gt=1, lt=1e5, description="dense BF16 tensor TFLOP/s; absent where the "
-                                                                       "GPU has no BF16 (V100)")
-    fp16: float | None = Field(default=None, gt=1, lt=1e5)
-    fp8: float | None = Field(default=None, gt=1, lt=1e5)
-    tf32: float | None = Field(default=None, gt=1, lt=1e5)
+    bf16: float | None = Field(default=None, gt=RANGES["peak_flops"][0] / 1e12, lt=RANGES["peak_flops"][1] / 1e12,
+                               description="dense BF16 tensor TFLOP/s; absent where the GPU has no BF16 (V100)")
+    fp16: float | None = Field(default=None, gt=RANGES["peak_flops"][0] / 1e12, lt=RANGES["peak_flops"][1] / 1e12)
+    fp8: float | None = Field(default=None, gt=RANGES["peak_flops"][0] / 1e12, lt=RANGES["peak_flops"][1] / 1e12)
+    tf32: float | None = Field(default=None, gt=RANGES["peak_flops"][0] / 1e12, lt=RANGES["peak_flops"][1] / 1e12)
 
     @model_validator(mode="after")
     def _sixteen_bit(self) -> "_Peaks":
@@ -48,9 +54,10 @@ class _Peaks(_Strict):
 
 class _Gpu(_Strict):
     peak_tflops_dense: _Peaks
-    hbm_capacity_gib: float = Field(gt=1, lt=4096)
-    hbm_bandwidth_tb_per_s: float = Field(gt=0.05, lt=100)
-    tdp_w: float = Field(gt=10, lt=10_000)
+    hbm_capacity_gib: float = Field(gt=RANGES["hbm_bytes"][0] / 2**30, lt=RANGES["hbm_bytes"][1] / 2**30)
+    hbm_bandwidth_tb_per_s: float = Field(gt=RANGES["hbm_bw_bytes_per_s"][0] / 1e12,
+                                          lt=RANGES["hbm_bw_bytes_per_s"][1] / 1e12)
+    tdp_w: float = Field(gt=RANGES["tdp_w"][0], lt=RANGES["tdp_w"][1])
     fused_attention: bool = True     # FlashAttention-class kernels run here (false: V100, sm70)
 
 
@@ -59,8 +66,10 @@ class _Link(_Strict):
     # How the GPUs of a node are wired (intra_node only): "switch" (NVSwitch: every GPU reaches any peer at its
     # full bandwidth) or "mesh" (a direct link to every other GPU, MI300X: a peer gets 1/(n-1) of it).
     topology: Literal[TOPOLOGIES] = "switch"
-    bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=0.1, lt=100_000)
-    bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(default=None, gt=1, lt=100_000)
+    bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=RANGES["intra_bw_bytes_per_s"][0] / 1e9,
+                                                           lt=RANGES["intra_bw_bytes_per_s"][1] / 1e9)
+    bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(
+        default=None, gt=RANGES["inter_bw_bytes_per_s"][0] * 8 / 1e9, lt=RANGES["inter_bw_bytes_per_s"][1] * 8 / 1e9)
     step_latency_us: float = Field(ge=0, lt=10_000)
     half_bandwidth_mb: float = Field(default=0.0, ge=0, lt=1e6)
 
@@ -179,8 +188,9 @@ class HardwareSpec:
 
         for f in ("peak_flops", "hbm_bytes", "hbm_bw_bytes_per_s", "tdp_w", "intra_bw_bytes_per_s",
                   "inter_bw_bytes_per_s"):
-            if not (is_real(getattr(self, f)) and 0 < getattr(self, f) < math.inf):
-                bad(f, "a positive finite number")
+            low, high = RANGES[f]
+            if not (is_real(getattr(self, f)) and low < getattr(self, f) < high):
+                bad(f, f"a number between {low:g} and {high:g} (SI units: bytes, bytes/s, FLOP/s, W)")
         for f in ("intra_step_latency_s", "inter_step_latency_s", "collective_base_latency_s", "intra_half_bw_bytes",
                   "inter_half_bw_bytes", "kernel_overhead_s", "gemm_k_half", "framework_overhead_bytes"):
             if not (is_real(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):

@@ -27,7 +27,11 @@ def test_model_spec_fields_are_checked(change, field):
                                            (dict(intra_topology="torus"), "intra_topology"),
                                            (dict(price_usd_per_gpu_hour=-1.0), "price_usd_per_gpu_hour"),
                                            (dict(gpus_per_host=3), "gpus_per_host"),
-                                           (dict(mixed_precision="fp8"), "mixed_precision")])
+                                           (dict(mixed_precision="fp8"), "mixed_precision"),
+                                           # units: HBM in GiB where bytes are expected, NIC in Gbit/s as bytes/s
+                                           (dict(hbm_bytes=80), "hbm_bytes"),
+                                           (dict(inter_bw_bytes_per_s=400.0), "inter_bw_bytes_per_s"),
+                                           (dict(peak_flops=989.4), "peak_flops")])
 def test_hardware_spec_fields_are_checked(change, field):
     with pytest.raises(PlannerError) as info:
         dataclasses.replace(planner.load_hardware("h100-sxm"), **change)
