@@ -68,11 +68,18 @@ class Evaluation:
 
 
 @library_api
-def evaluate(model="405b", gpus=512, **kwargs) -> Evaluation:
+def evaluate(model="405b", gpus=512, tokens=None, price_usd_per_gpu_hour=None, pue=None, **kwargs) -> Evaluation:
     """Evaluate one layout. Pin its knobs by name (tp, cp, pp, dp, micro_batch, vpp, sequence_parallel, recompute,
     recompute_layers, zero_stage: the fields of specs.strategy.Layout; with tp, pp and dp pinned, cp is 1 unless
-    given); the other keyword arguments are those of `run_search`."""
+    given); the other keyword arguments are those of `run_search`. With `tokens`, the row also holds the days,
+    GPU-hours, cost and energy to train them (time_to_train_days, gpu_hours, cost_usd, energy_mwh), as `plan
+    --tokens`."""
+    from planner.sweep import add_budget_to_row, budget_arguments
+
+    budget = budget_arguments(tokens, price_usd_per_gpu_hour, pue)
     pins = pop_pins(kwargs, "evaluate", ("model", "gpus", "find_min_gpus"))
     result = require_valid(run_search(model, gpus, pins=pins, find_min_gpus=False, **kwargs))
-    row = result.table.iloc[0] if len(result.table) else result.closest.iloc[0]
-    return Evaluation(row=row.to_dict(), result=result)
+    row = (result.table.iloc[0] if len(result.table) else result.closest.iloc[0]).to_dict()
+    if budget[0] is not None:
+        add_budget_to_row(row, budget[0], result.job.gpus, result.hardware, *budget[1:])
+    return Evaluation(row=row, result=result)

@@ -427,14 +427,21 @@ def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("mo
 
 
 @library_api
-def search(model="405b", gpus=512, **kwargs):
+def search(model="405b", gpus=512, tokens=None, price_usd_per_gpu_hour=None, pue=None, **kwargs):
     """Ranked layouts as a pandas DataFrame, best first; `df.attrs` holds considered/rejected counts.
 
     Keyword arguments are those of `run_search`; pinning knobs may be given directly (tp=8, recompute="full").
+    With `tokens` (a number or '15T'), each row also gets the days, GPU-hours, cost and energy to train them, as
+    `plan --tokens` (price: the profile's unless given; PUE 1.2 unless given).
     """
+    from planner.sweep import add_budget_columns, budget_arguments
+
+    budget = budget_arguments(tokens, price_usd_per_gpu_hour, pue)
     pins = pop_pins(kwargs)
     result = require_valid(run_search(model, gpus, pins=pins, **kwargs))
     df = result.table
+    if budget[0] is not None:
+        add_budget_columns(df, budget[0], result.job.gpus, result.hardware, *budget[1:])
     df.attrs.update(model=result.model.name, hardware=result.hardware.name, gpus=result.job.gpus,
                     considered=result.considered, rejected=dict(result.rejected),
                     min_gpus_that_fit=result.min_gpus_that_fit)     # set when nothing fits (the frame is empty)

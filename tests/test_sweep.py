@@ -271,3 +271,26 @@ def test_a_row_without_a_layout_has_none_in_integer_and_boolean_columns():
     ok, empty = df[df.status == "ok"].iloc[0], df[df.status != "ok"].iloc[0]
     assert empty.tp is None and empty.sequence_parallel is None and empty.zero_stage is None
     assert isinstance(ok.tp, int) and isinstance(ok.sequence_parallel, bool)
+
+
+def test_search_and_evaluate_take_a_token_budget_as_plan_does():
+    """`plan --tokens 15T` gives a layout's days, GPU-hours, cost and energy; the library's search and evaluate take
+    tokens= (and price, PUE) too, with the same figures and the same refusal of a PUE without tokens."""
+    import json
+
+    import planner
+
+    pins = dict(tp=8, pp=16, dp=4, micro_batch=1, recompute="selective", zero_stage=1, vpp=4, sequence_parallel=True)
+    ev = planner.evaluate("405b", 512, tokens="15T", **pins)
+    argv = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--micro-batch", "1",
+            "--recompute", "selective", "--zero", "1", "--vpp", "4", "--sequence-parallel", "--tokens", "15T",
+            "--format", "json"]
+    doc = json.loads(runner.invoke(app, argv).stdout)
+    for key in ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh"):
+        assert ev.row[key] == pytest.approx(doc[key], rel=1e-12), key
+    assert ev.row["time_to_train_days"] == pytest.approx(15e12 / ev.row["tokens_per_s"] / 86400, rel=1e-12)
+    df = planner.search("8b", 64, tokens=15e12, price_usd_per_gpu_hour=2.0)
+    assert np.allclose(df["cost_usd"], df["gpu_hours"] * 2.0, rtol=1e-12)
+    assert np.allclose(df["gpu_hours"], 64 * df["time_to_train_days"] * 24, rtol=1e-12)
+    with pytest.raises(planner.PlannerError, match="^pue: only applies to a token budget"):
+        planner.search("8b", 64, pue=1.3)
