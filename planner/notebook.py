@@ -39,11 +39,13 @@ def style(df, columns=None) -> StyledTable:
     if not isinstance(df, pd.DataFrame):
         raise PlannerError("df", f"got {type(df).__name__}, expected a DataFrame from planner.search, sweep or "
                                  "compare_hardware (an evaluation renders itself in Jupyter)")
-    unknown = [c for c in (columns or ()) if c not in df.columns]
+    if isinstance(columns, str):                  # one column by name
+        columns = [columns]
+    cols = list(columns) if columns is not None else [c for c in _PREFERRED if c in df.columns]
+    unknown = [c for c in cols if c not in df.columns]
     if unknown:
         raise PlannerError("columns", f"{', '.join(map(repr, unknown))} not in the table; expected some of "
                                       f"{', '.join(df.columns)}")
-    cols = list(columns) if columns is not None else [c for c in _PREFERRED if c in df.columns]
     view = df[cols].copy()
     for c in cols:
         if c in _FORMATS:

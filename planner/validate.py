@@ -355,7 +355,7 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     (spare memory for a layout not yet run) is not applied unless `headroom_gib` is passed.
     """
     if not isinstance(run, ValidationRun):
-        raise PlannerError("run", f"got {run!r}, expected a ValidationRun (from planner.load_runs())")
+        raise PlannerError("run", f"got a {type(run).__name__}, expected a ValidationRun (from planner.load_runs())")
     search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")

@@ -270,15 +270,25 @@ def test_cost_columns_take_a_result_table_and_price_it_as_the_search_does():
     out = step_columns(m, gb, job, {k: df[k].to_numpy() for k in knobs})
     assert np.array_equal(out["step_time_s"], df["step_time_s"].to_numpy())
     assert all(mask.all() for _, mask in rules(m, gb, job, {k: df[k].to_numpy() for k in knobs}))
-    ev = planner.evaluate("405b", 128, hardware="gb200", tp=8, pp=4, dp=4, micro_batch=1, vpp=1,
-                          sequence_parallel=True, recompute="none", zero_stage=1)
-    both = {k: np.array([ev.row[k], ev.row[k]]) for k in knobs}
-    both["dp"] = np.array([4, 2])                     # 128 GPUs (64-GPU segments) and 64 (one domain)
-    mixed = step_columns(planner.load_model("405b"), gb, ev.result.job, both)
-    alone = step_columns(planner.load_model("405b"), gb, ev.result.job, {k: v[:1] for k, v in both.items()})
-    assert mixed["step_time_s"][0] == alone["step_time_s"][0] == ev.row["step_time_s"]
+    # rows of 128 GPUs (64-GPU segments), 144 (two whole 72-GPU domains) and 64 (one domain) in one call, the
+    # knobs other than PP and DP given as scalars beside the arrays: each row equals evaluate of its own count
+    pins = dict(tp=8, cp=1, micro_batch=1, vpp=1, sequence_parallel=True, recompute="none", recompute_layers=0,
+                zero_stage=1)
+    pp, dp = np.array([4, 2, 4]), np.array([4, 9, 2])
+    m405 = planner.load_model("405b")
+    out = step_columns(m405, gb, planner.Job(gpus=128, seq_len=8192, global_batch=2304), {**pins, "pp": pp, "dp": dp})
+    for i in range(3):
+        ev = planner.evaluate("405b", int(8 * pp[i] * dp[i]), hardware="gb200", global_batch=2304, pp=int(pp[i]),
+                              dp=int(dp[i]), **pins)
+        assert out["step_time_s"][i] == ev.row["step_time_s"], i
+        assert out["dp_inner"].dtype == bool and out["num_microbatches"].dtype.kind == "i"
+    assert planner.load_hardware("gb200").for_job(128).gpus_per_node == 64       # the counts are placed apart
     with pytest.raises(planner.PlannerError, match="^cols: missing"):
         step_columns(m, gb, job, {"tp": np.array([8])})
+    with pytest.raises(planner.PlannerError, match="^sequence_parallel: given both"):
+        step_columns(m, gb, job, {**pins, "pp": 4, "dp": 8, "sp": False})
+    with pytest.raises(planner.PlannerError, match="^zero_stage: got 5"):
+        step_columns(m, gb, job, {**pins, "pp": 4, "dp": 8, "zero_stage": 5})
 
 
 def test_library_entry_points_refuse_what_they_cannot_use_with_a_planner_error():
@@ -295,6 +305,9 @@ def test_library_entry_points_refuse_what_they_cannot_use_with_a_planner_error()
         with pytest.raises(planner.PlannerError) as info:
             call()
         assert info.value.field == field
+    df = planner.search("8b", 8)
+    assert str(planner.style(df, columns=df.columns[:4])) == str(planner.style(df, columns=list(df.columns[:4])))
+    assert str(planner.style(df, columns="tp")) == str(planner.style(df, columns=["tp"]))
     hw = planner.load_hardware("h100-sxm")
     with pytest.raises(planner.PlannerError, match="dataclasses.replace") as info:
         planner.compare_hardware("70b", 256, [hw, dataclasses.replace(hw, inter_bw_bytes_per_s=1e11)])

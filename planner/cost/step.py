@@ -39,8 +39,11 @@ def knob_columns(cols: dict) -> dict:
     """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer).
     Recompute may be given as names or codes (read as codes); the other knobs must be integers (sp: booleans or
     0/1), so that a string or a fraction is an error here, not a silently different layout."""
-    named = {KNOB_COLUMNS[k]: v for k, v in cols.items() if k in KNOB_COLUMNS}      # a result table's names
-    cols = {**named, **cols}
+    given = {KNOB_COLUMNS[k]: k for k in cols if k in KNOB_COLUMNS and KNOB_COLUMNS[k] != k}   # a table's names
+    twice = [k for k in given if k in cols]
+    if twice:
+        raise PlannerError(given[twice[0]], f"given both as {given[twice[0]]} and as {twice[0]}; expected one column")
+    cols = {**cols, **{short: cols[name] for short, name in given.items()}}
     missing = [k for k in KNOBS if k not in cols and k != "rc_layers"]
     if missing:
         raise PlannerError("cols", f"missing {', '.join(missing)}; expected a column per knob: "
@@ -53,7 +56,7 @@ def knob_columns(cols: dict) -> dict:
         if not whole or np.any(col < least) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):
             expected = ("booleans" if k == "sp" else "ZeRO stages 0-3" if k == "zero"
                         else f"integers >= {least}")
-            raise PlannerError(k, f"got {cols.get(k)!r}, expected {expected}")
+            raise PlannerError(given.get(k, k), f"got {cols.get(k)!r}, expected {expected}")
         # int64 (sp: bool) from here on: products of int16/uint8 columns would wrap around
         c[k] = col.astype(bool) if k == "sp" else col.astype(np.int64, copy=False)
     return c
@@ -196,20 +199,22 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     search does. Validity is not checked here (see planner.constraints.rules)."""
     c = knob_columns(cols)
     world = c["tp"] * c["cp"] * c["pp"] * c["dp"]
-    sizes = np.unique(world)
-    if len(sizes) == 1:
-        return _step_columns(m, hw.for_job(int(sizes[0])), job, c, precision, runtime)
-    if all(hw.for_job(int(n)) is hw for n in sizes):
-        return _step_columns(m, hw, job, c, precision, runtime)
+    # Rows are grouped by how their GPU count is placed (at most two ways on GB200: 72- or 64-GPU nodes); the
+    # collectives take each row's own count (group spans use t·cp·p·d).
+    sizes, inverse = np.unique(world, return_inverse=True)
+    specs = [hw.for_job(int(n)) for n in sizes]
+    placed = {spec.gpus_per_node: spec for spec in specs}
+    if len(placed) == 1:
+        return _step_columns(m, specs[0], job, c, precision, runtime)
     c = {k: np.broadcast_to(v, world.shape) for k, v in c.items()}
-    parts = {int(n): _step_columns(m, hw.for_job(int(n)), job, {k: v[world == n] for k, v in c.items()}, precision,
-                                   runtime) for n in sizes}        # a few GPU counts placed differently: each apart
+    nodes = np.array([spec.gpus_per_node for spec in specs])[inverse.reshape(world.shape)]
+    parts = {g: (nodes == g, _step_columns(m, spec, job, {k: v[nodes == g] for k, v in c.items()}, precision,
+                                           runtime)) for g, spec in placed.items()}
     out = {}
-    for key in parts[int(sizes[0])]:
-        first = np.asarray(parts[int(sizes[0])][key])
-        out[key] = np.empty(world.shape, dtype=first.dtype)
-        for n, res in parts.items():
-            out[key][world == n] = np.broadcast_to(res[key], (int(np.sum(world == n)),))
+    for key in next(iter(parts.values()))[1]:
+        out[key] = np.empty(world.shape, dtype=np.asarray(next(iter(parts.values()))[1][key]).dtype)
+        for mask, res in parts.values():
+            out[key][mask] = np.broadcast_to(res[key], (int(mask.sum()),))
     return out
 
 
