@@ -21,7 +21,8 @@ def check_writable(path, flag: str = "--output") -> Path:
     try:
         if given.is_dir():
             raise PlannerError(flag, f"{given} is a directory; expected a file path")
-        if _is_stream(given) or _own_stream(given) is not None:                     # through the path given: /dev/stdout's link has no real path
+        # a device, pipe or this process's own output: through the path given (/dev/stdout's link has no real path)
+        if _is_stream(given) or _own_stream(given) is not None:
             if not os.access(given, os.W_OK):
                 raise PlannerError(flag, f"cannot write {given}: permission denied")
             return given

@@ -11,7 +11,8 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import attention_notes, bubble_line, layout_label, placement_lines, recompute_label, rejection_summary, why_first
+from planner.explain import (attention_notes, bubble_line, layout_label, placement_lines, recompute_label,
+                             rejection_summary, why_first)
 from planner.search import SearchResult, min_gpus_text
 from planner.whatif import suggestions
 

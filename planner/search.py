@@ -16,14 +16,13 @@ import numpy as np
 from planner import constraints
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.pipeline import chunk_layers, stage_layers
-from planner.cost.step import KNOBS, TIME_PARTS, memory_columns, step_columns
+from planner.cost.step import KNOBS, TIME_PARTS, knob_columns, memory_columns, step_columns
 from planner.checks import checked_int, is_real, parse_count
 from planner.errors import PlannerError, library_api
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
-from planner.specs.strategy import (KNOB_COLUMNS, LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE,
-                                    ZERO_STAGES, Job, Layout, Precision, Runtime, recompute_code, recompute_codes,
-                                    zero_code)
+from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
+                                    Layout, Precision, Runtime, recompute_code, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -236,8 +235,7 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
 def repriced(result: SearchResult, table, runtime: Runtime):
     """Rows of `result`'s table priced again under `runtime` (a framework's fixed rank order, say), best first.
     Memory does not depend on what changes here, so a fitting layout still fits."""
-    cols = {KNOB_COLUMNS[k]: table[k].to_numpy() for k in LAYOUT_KNOBS}
-    cols["recompute"] = recompute_codes(cols["recompute"].astype(str))      # names -> codes, as the frame needs
+    cols = knob_columns({k: table[k].to_numpy() for k in LAYOUT_KNOBS})       # the cost layer's names and codes
     res = step_columns(result.model, result.hardware, result.job, cols, result.precision, runtime)
     return _rank(_rows_to_frame(cols, res, result.job, result.capacity_bytes))
 

@@ -168,12 +168,15 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
 def _slowdown(parts, nodes, hw: HardwareSpec):
     """overlap_slowdown of a hierarchical collective from its (in-node, network, in-node latency, network latency)
     times (_collective_parts)."""
-    node, net, lat_node, lat_net = parts
+    nodes = np.asarray(nodes)
     u_node = hw.overlap_slowdown_intra
+    if np.all(nodes <= 1):                         # inside a node: the NVLink value, nothing to mix
+        return np.full(nodes.shape, u_node)
+    node, net, lat_node, lat_net = parts
     per_byte = u_node * _network_byte_ratio(hw)
     busy = u_node * (node + lat_node) + np.maximum(hw.overlap_slowdown_inter * (net + lat_net), per_byte * net)
     total = node + net + lat_node + lat_net
-    return np.where(np.asarray(nodes) > 1, busy / np.maximum(total, 1e-300), u_node)
+    return np.where(nodes > 1, busy / np.maximum(total, 1e-300), u_node)
 
 
 def _network_byte_ratio(hw: HardwareSpec):
@@ -255,9 +258,7 @@ def overlapped_collective(nbytes, size, stride, hw: HardwareSpec, count=1, round
     all-gather, 2 for an all-reduce (the time as reduce_scatter_time_s / all_reduce_time_s)."""
     span = span if span is not None else _span(size, stride, hw, hierarchical)
     parts = _collective_parts(nbytes, span, hw, count, rounds)
-    u = (_slowdown(parts, span[1], hw) if np.any(np.asarray(span[1]) > 1)
-         else np.full(np.shape(span[1]), hw.overlap_slowdown_intra))
-    return np.where(np.asarray(size) > 1, sum(parts), 0.0), u
+    return np.where(np.asarray(size) > 1, sum(parts), 0.0), _slowdown(parts, span[1], hw)
 
 
 def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):

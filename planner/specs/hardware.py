@@ -93,7 +93,8 @@ class _Node(_Strict):
                              "GB/s per GPU per direction; expected intra_node.bandwidth_gb_per_s_per_direction")
         if self.inter_node.bandwidth_gb_per_s_per_direction is not None:
             raise ValueError("inter_node.bandwidth_gb_per_s_per_direction: the network is given as the NIC speed in "
-                             "Gbit/s per GPU per direction; expected inter_node.bandwidth_gbit_per_s_per_gpu_per_direction")
+                             "Gbit/s per GPU per direction; expected "
+                             "inter_node.bandwidth_gbit_per_s_per_gpu_per_direction")
         if self.intra_node.bandwidth_gb_per_s_per_direction is None:
             raise ValueError("intra_node.bandwidth_gb_per_s_per_direction: required field is missing")
         if self.inter_node.bandwidth_gbit_per_s_per_gpu_per_direction is None:
