@@ -247,11 +247,18 @@ def _validation_layout(p) -> str:
             f"{' SP' + star['sequence_parallel'] if r['sequence_parallel'] else ''}")
 
 
+def _run_hardware(run) -> str:
+    """The run's profile, with its node network where the run's cluster had another (validate.RunNetwork)."""
+    return run.hardware if run.network is None else f"{run.hardware} ({run.network.label})"
+
+
 def validation_record(p) -> dict:
     rec = {"id": p.run.id, "group": p.run.group, "hardware": p.run.hardware, "gpus": p.run.gpus,
            "metric": p.metric, "measured": p.measured_value, "used_for_fit": p.used_for_fit,
            "searched_knobs": list(p.searched), "error": p.error,
            "assumptions": {str(k): str(v) for k, v in p.run.assumptions.items()}}
+    if p.run.network is not None:
+        rec["network"] = p.run.network.model_dump()
     if p.error is None:
         rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
                    measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,
@@ -272,6 +279,7 @@ def validation_csv(preds) -> str:
         rec.pop("assumptions", None)
         rec["searched_knobs"] = " ".join(rec["searched_knobs"])
         rec.update(rec.pop("layout", {}))
+        rec.update({f"network_{k}": v for k, v in rec.pop("network", {}).items()})
         rows.append(rec)
     return pd.DataFrame(rows).to_csv(index=False)
 
@@ -291,7 +299,7 @@ def print_validation(preds, stats, out: Console, skipped: dict | None = None) ->
         t.add_column(col, justify="right" if col in ("GPUs", "measured", "predicted", "error") else "left")
     for p in preds:
         if p.error is not None:
-            t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), "-", _METRIC_LABELS[p.metric],
+            t.add_row(p.run.id, _run_hardware(p.run), str(p.run.gpus), "-", _METRIC_LABELS[p.metric],
                       _fmt_metric(p.metric, p.measured_value), "-", "-", p.error, "")
             continue
         err = p.throughput_error
@@ -299,7 +307,7 @@ def print_validation(preds, stats, out: Console, skipped: dict | None = None) ->
         mem = f"{p.evaluation.row['memory_gib']:.0f} GiB {'fits' if p.fits else 'OOM'}"
         if p.run.measured.memory_gib is not None:
             mem += f" (meas {p.run.measured.memory_gib:.0f})"
-        t.add_row(p.run.id, p.run.hardware, str(p.run.gpus), _validation_layout(p), _METRIC_LABELS[p.metric],
+        t.add_row(p.run.id, _run_hardware(p.run), str(p.run.gpus), _validation_layout(p), _METRIC_LABELS[p.metric],
                   _fmt_metric(p.metric, p.measured_value), _fmt_metric(p.metric, p.predicted_value),
                   f"[{style}]{err:+.1%}[/{style}]", mem,
                   "fit" if p.used_for_fit else "held out")

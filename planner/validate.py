@@ -25,7 +25,7 @@ from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
-from planner.specs.hardware import GIB
+from planner.specs.hardware import GIB, RANGES, load_hardware
 from planner.specs.model import ModelFile
 from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
                                     check_knobs)
@@ -76,6 +76,20 @@ class RunRuntime(_Strict):
     rank_order: Literal["dp-pp", "pp-dp"] = "dp-pp"
 
 
+class RunNetwork(_Strict):
+    """The run's node network where its cluster is not the profile's build (HardwareSpec.with_network): NICs per
+    node and each NIC's rate per direction, as the source states them."""
+
+    nics_per_node: int = Field(ge=1, le=1024)
+    nic_gbit_per_s: float = Field(gt=RANGES["inter_bw_bytes_per_s"][0] * 8 / 1e9,
+                                  lt=RANGES["inter_bw_bytes_per_s"][1] * 8 / 1e9)
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.nics_per_node}x{self.nic_gbit_per_s:g}G NICs"
+
+
 class RunPrecision(_Strict):
     """Bytes per element where the run differs from the bf16/fp32-main-grad default (e.g. fp16 with 16-bit grads)."""
 
@@ -109,6 +123,7 @@ class ValidationRun(_Strict):
     source_locator: str = ""
     model: ModelFile
     hardware: str
+    network: RunNetwork | None = None        # absent: the profile's node network
     gpus: int = Field(ge=1, le=MAX_GPUS)
     layout: RunLayout = RunLayout()
     runtime: RunRuntime
@@ -198,8 +213,6 @@ def load_runs_file(path: str | Path | None = None) -> RunsFile:
 def check_measured(run: "ValidationRun", prefix: str) -> None:
     """A measured rate above what the GPU can execute (its highest dense peak) is a typo, not a measurement: it
     would make the measured step impossibly short. An unknown hardware name is reported when the run is predicted."""
-    from planner.specs.hardware import load_hardware
-
     m = run.measured
     if m.tflops_per_gpu is None and m.mfu is None and m.memory_gib is None:
         return
@@ -260,7 +273,6 @@ def load_runs(path: str | Path | None = None) -> list[ValidationRun]:
 def predict_layer_ms(lt: LayerTime, hardware=None) -> tuple[float, float]:
     """Predicted (forward, backward) milliseconds of one layer, exposed TP communication included."""
     from planner.cost.step import layer_times
-    from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
     from planner.specs.strategy import Job, recompute_code
 
@@ -350,7 +362,8 @@ def measured_step_time_s(run: ValidationRun) -> float:
 def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     """Evaluate the run's published configuration; unstated knobs take the planner's best choice.
 
-    `hardware` overrides the run's profile (a HardwareSpec), e.g. to calibrate efficiencies. A run is known to
+    `hardware` overrides the run's profile (a HardwareSpec), e.g. to calibrate efficiencies; a run whose cluster
+    had another node network (`network`) is priced on it either way. A run is known to
     have trained, so "fits" here means the modelled memory fits the GPU's HBM: the search's planning headroom
     (spare memory for a layout not yet run) is not applied unless `headroom_gib` is passed.
     """
@@ -367,7 +380,10 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)
     try:
-        ev = evaluate(run.model.to_spec(), run.gpus, hardware=hardware or run.hardware,
+        hw = load_hardware(hardware or run.hardware)
+        if run.network is not None:
+            hw = hw.with_network(run.network.nics_per_node, run.network.nic_gbit_per_s * 1e9 / 8)
+        ev = evaluate(run.model.to_spec(), run.gpus, hardware=hw,
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
                       **layout, **search_kwargs)

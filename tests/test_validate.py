@@ -324,3 +324,41 @@ def test_a_run_is_priced_in_its_stated_rank_order():
     assert a.predicted_step_s != b.predicted_step_s
     with pytest.raises(Exception, match="rank_order"):
         RunsFile.model_validate({"runs": [{**run, "runtime": {**run["runtime"], "rank_order": "pp-tp"}}]})
+
+
+def test_a_run_on_a_cluster_with_fewer_nics_is_priced_on_its_network(tmp_path):
+    """A run states its cluster's node network where it is not the profile's (BLOOM on Jean Zay: 4 Omni-Path links
+    per 8 GPUs; GPT-NeoX-20B: 4 HDR HCAs): the pipeline's cross-node traffic of Korthikanti's 175B run (PP 8 over
+    8 nodes) slows on one 100 Gb/s NIC per node, and the table, JSON and CSV say which network was used."""
+    plain = _run_file_with(tmp_path)
+    base = json.loads(runner.invoke(app, ["validate", str(plain), "--format", "json"]).stdout)["runs"][0]
+    assert "network" not in base
+    path = _run_file_with(tmp_path, **{"network.nics_per_node": 1, "network.nic_gbit_per_s": 100,
+                                       "network.name": "one HDR100 port"})
+    mine = json.loads(runner.invoke(app, ["validate", str(path), "--format", "json"]).stdout)["runs"][0]
+    assert mine["network"] == {"nics_per_node": 1, "nic_gbit_per_s": 100, "name": "one HDR100 port"}
+    assert mine["predicted_step_time_s"] > base["predicted_step_time_s"] * 1.001
+    assert mine["layout"] == base["layout"]
+    table = runner.invoke(app, ["validate", str(path)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "a100-80gb (1x100G NICs)" in table.stdout
+    import io
+
+    import pandas as pd
+    csv = pd.read_csv(io.StringIO(runner.invoke(app, ["validate", str(path), "--format", "csv"]).stdout))
+    assert csv.network_nics_per_node.tolist() == [1] and csv.network_nic_gbit_per_s.tolist() == [100]
+    bundled = {r.id: r for r in load_runs()}
+    assert bundled["bloom_176b_384gpu"].network.label == "4x100G NICs"
+    assert bundled["gpt_neox_20b_96gpu"].network.label == "4x200G NICs"
+
+
+@pytest.mark.parametrize("changes, needles", [
+    pytest.param({"network.nics_per_node": 0, "network.nic_gbit_per_s": 100}, ["runs.0.network.nics_per_node", "1"],
+                 id="no-nics"),
+    pytest.param({"network.nics_per_node": 4, "network.nic_gbit_per_s": "100G"},
+                 ["runs.0.network.nic_gbit_per_s", "number", "'100G'"], id="rate-as-text"),
+    pytest.param({"network.nics_per_node": 4}, ["runs.0.network.nic_gbit_per_s", "required"], id="rate-missing"),
+    pytest.param({"network.nics_per_node": 4, "network.nic_gbit_per_s": 100, "network.gbps": 1},
+                 ["runs.0.network.gbps"], id="unknown-field"),
+])
+def test_a_bad_run_network_names_the_field(tmp_path, capsys, changes, needles):
+    assert_mentions(bad_line(capsys, "validate", _run_file_with(tmp_path, **changes)), *needles)

@@ -240,6 +240,21 @@ class HardwareSpec:
             return self
         return replace(self, gpus_per_node=node, domain_gpus=domain)
 
+    def with_network(self, nics_per_node: int, nic_bytes_per_s: float) -> "HardwareSpec":
+        """This GPU and node on another cluster's network: `nics_per_node` NICs of `nic_bytes_per_s` each per
+        direction, shared by the node's GPUs (a non-DGX build: GPT-NeoX-20B's servers had 4 HDR HCAs for 8 GPUs,
+        BLOOM's Jean Zay nodes 4 Omni-Path links). The network's latencies and busbw fraction stay the profile's.
+        Collectives see the node's aggregate (nics x rate) as they do on the profile's one-NIC-per-GPU nodes;
+        point-to-point traffic gets each GPU's even share, as when every GPU of a node sends at once (pipeline
+        stages do)."""
+        if not is_int(nics_per_node) or nics_per_node < 1:
+            raise PlannerError(f"hardware {self.name}: nics_per_node", f"got {nics_per_node!r}, expected a positive "
+                                                                       "integer")
+        if not is_real(nic_bytes_per_s) or not 0 < nic_bytes_per_s < math.inf:
+            raise PlannerError(f"hardware {self.name}: nic_bytes_per_s", f"got {nic_bytes_per_s!r}, expected a "
+                                                                         "positive rate in bytes/s")
+        return replace(self, inter_bw_bytes_per_s=nics_per_node * nic_bytes_per_s / self.gpus_per_node)
+
     @property
     def alloc_gpus(self) -> int:
         """The granularity in which GPUs are allocated: a host (compute tray) when the profile says so, else a node."""

@@ -4,6 +4,9 @@ Expected numbers come from /work/shared/reference/hardware.md (§1 dense BF16 ta
 unit conventions in the YAML key names (GB = 1e9 B, Gbit = 1e9 bit, GiB = 2^30 B, TFLOP/s = 1e12 FLOP/s).
 """
 
+import math
+from dataclasses import replace
+
 import pytest
 from helpers import rel
 
@@ -231,3 +234,23 @@ def test_a_copy_of_a_bundled_profile_that_keeps_its_name_is_told_apart(tmp_path)
     link = tmp_path / "link.yaml"
     link.symlink_to(hardware_dir() / "h100-sxm.yaml")
     assert load_hardware(str(link)).name == "h100-sxm"
+
+
+def test_another_clusters_network_is_its_nics_shared_by_the_node():
+    """BLOOM's Jean Zay nodes: 4 Omni-Path links of 100 Gb/s for 8 A100s -> 4 x 12.5e9 / 8 = 6.25e9 bytes/s per GPU
+    per direction (the DGX profile: 25e9); the GPU, NVLink and the network's latencies stay the profile's."""
+    hw = load_hardware("a100-80gb")
+    jz = hw.with_network(4, 100e9 / 8)
+    assert jz.inter_bw_bytes_per_s == pytest.approx(6.25e9, rel=1e-12)
+    assert hw.inter_bw_bytes_per_s == pytest.approx(25e9, rel=1e-12)
+    assert replace(jz, inter_bw_bytes_per_s=hw.inter_bw_bytes_per_s) == hw
+    assert hw.with_network(8, 200e9 / 8) == hw                  # the profile's own build changes nothing
+
+
+@pytest.mark.parametrize("nics, rate, field", [
+    (0, 12.5e9, "nics_per_node"), (True, 12.5e9, "nics_per_node"), (2.0, 12.5e9, "nics_per_node"),
+    (4, 0.0, "nic_bytes_per_s"), (4, math.inf, "nic_bytes_per_s"), (4, "100G", "nic_bytes_per_s"),
+])
+def test_a_bad_network_names_the_argument(nics, rate, field):
+    with pytest.raises(PlannerError, match=field):
+        load_hardware("a100-80gb").with_network(nics, rate)
