@@ -167,14 +167,17 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
 
 def _slowdown(parts, nodes, hw: HardwareSpec):
     """overlap_slowdown of a hierarchical collective from its (in-node, network, in-node latency, network latency)
-    times (_collective_parts)."""
+    times (_collective_parts). Across nodes the bytes are charged (NVLink's at the NVLink value, the network's at
+    least at the per-byte floor) and the ring's step latencies, NVLink hops included, at the network value: the
+    ring waits on its NIC hops, and a byte costs compute the same whether it crosses the node on NVLink or on a NIC
+    (nodes of one GPU then never beat nodes of eight)."""
     nodes = np.asarray(nodes)
     u_node = hw.overlap_slowdown_intra
     if np.all(nodes <= 1):                         # inside a node: the NVLink value, nothing to mix
         return np.full(nodes.shape, u_node)
     node, net, lat_node, lat_net = parts
     per_byte = u_node * _network_byte_ratio(hw)
-    busy = u_node * (node + lat_node) + np.maximum(hw.overlap_slowdown_inter * (net + lat_net), per_byte * net)
+    busy = u_node * node + np.maximum(hw.overlap_slowdown_inter * (net + lat_node + lat_net), per_byte * net)
     total = node + net + lat_node + lat_net
     return np.where(nodes > 1, busy / np.maximum(total, 1e-300), u_node)
 
@@ -204,16 +207,21 @@ def node_bandwidth(k, hw: HardwareSpec):
 
 
 def _latency_parts(k, nodes, hw: HardwareSpec, rounds, tree):
-    """NCCL-style latency, (in-node, network): base + steps × per-step latency; `rounds` is 1 for RS/AG, 2 for
-    all-reduce. The in-node steps are the NVLink phase's, the cross-node steps the network's, and the launch goes
+    """NCCL's tuner latency (tuning.cc), (in-node, network): base + steps x per-step latency; `rounds` is 1 for
+    RS/AG, 2 for all-reduce. A ring of k·M ranks takes rounds·(k·M − 1) steps, rounds·(M − 1) of them across nodes
+    and the rest, rounds·M·(k − 1), on NVLink; the double binary tree (all-reduce across nodes, `tree`) takes
+    rounds·(k − 1) NVLink steps and rounds·ceil(log2 M) network steps, and NCCL picks the faster. The launch goes
     with the first phase (the network's when the group has one GPU per node)."""
-    k = np.asarray(k)
-    net_steps = rounds * (nodes - 1)
+    k, nodes = np.asarray(k), np.asarray(nodes)
+    intra, inter = hw.intra_step_latency_s, hw.inter_step_latency_s
+    ring_node, ring_net = rounds * nodes * (k - 1) * intra, rounds * (nodes - 1) * inter
     if tree:
-        net_steps = np.minimum(net_steps, rounds * np.ceil(np.log2(np.maximum(nodes, 1))))
+        tree_node = rounds * (k - 1) * intra
+        tree_net = rounds * np.ceil(np.log2(np.maximum(nodes, 1))) * inter
+        use_tree = tree_node + tree_net < ring_node + ring_net
+        ring_node, ring_net = np.where(use_tree, tree_node, ring_node), np.where(use_tree, tree_net, ring_net)
     base = hw.collective_base_latency_s
-    return (np.where(k > 1, base, 0.0) + rounds * (k - 1) * hw.intra_step_latency_s,
-            np.where(k > 1, 0.0, base) + net_steps * hw.inter_step_latency_s)
+    return np.where(k > 1, base, 0.0) + ring_node, np.where(k > 1, 0.0, base) + ring_net
 
 
 def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
