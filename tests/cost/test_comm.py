@@ -274,11 +274,11 @@ def test_less_nvlink_is_never_faster(zero):
     import dataclasses
 
     from planner.evaluate import evaluate
-    single = dataclasses.replace(HW, gpus_per_node=1)
     pins = dict(tp=1, pp=1, dp=16, micro_batch=1, recompute="none", zero_stage=zero)
     eight = evaluate("8b", 16, hardware=HW, **pins).row["step_time_s"]
-    one = evaluate("8b", 16, hardware=single, **pins).row["step_time_s"]
-    assert one >= eight
+    for smaller in (1, 2, 4):     # 4-GPU nodes were 0.02% faster when in-node ring latencies slowed compute
+        node = dataclasses.replace(HW, gpus_per_node=smaller)
+        assert evaluate("8b", 16, hardware=node, **pins).row["step_time_s"] >= eight, smaller
 
 
 def test_a_mesh_node_gives_a_group_only_its_links():
