@@ -149,7 +149,9 @@ class Runtime:
     hierarchical_collectives: bool = True  # DP collectives use NVLink inside nodes and all NICs (NCCL rings/trees);
                                            # False: a topology-unaware ring whose every step crosses the network
     # Collective granularity (each call pays the collective latency once):
-    dp_bucket_bytes: float = 160e6      # gradient buckets: Megatron DDP 40M fp32 elements (PyTorch DDP: 25 MB)
+    dp_bucket_bytes: float | None = None  # gradient bucket size; None: Megatron-Core's default, max(40M, 1M x DP·CP)
+                                          # gradient elements (DistributedDataParallelConfig.bucket_size: larger DP
+                                          # groups get larger buckets); PyTorch DDP: 25e6
     zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
     rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
@@ -168,8 +170,10 @@ class Runtime:
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, (bool, np.bool_)):
                 raise PlannerError(f.name, f"got {value!r}, expected True or False")
-        if not is_real(self.dp_bucket_bytes) or not 0 < self.dp_bucket_bytes < math.inf:
-            raise PlannerError("dp_bucket_bytes", f"got {self.dp_bucket_bytes!r}, expected a positive size in bytes")
+        if self.dp_bucket_bytes is not None and (not is_real(self.dp_bucket_bytes)
+                                                 or not 0 < self.dp_bucket_bytes < math.inf):
+            raise PlannerError("dp_bucket_bytes", f"got {self.dp_bucket_bytes!r}, expected a positive size in bytes "
+                                                  "or None (Megatron-Core's default)")
         if self.rank_order is not None and self.rank_order not in RANK_ORDERS:
             raise PlannerError("rank_order", f"got {self.rank_order!r}, expected one of {', '.join(RANK_ORDERS)} "
                                              "or None (the cheaper per layout)")

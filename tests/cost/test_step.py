@@ -235,6 +235,26 @@ def test_pp_and_dp_communication_by_hand():
     assert dp["dp_comm_s"][0] == pytest.approx(0.160496, rel=1e-5)
 
 
+def test_gradient_buckets_follow_megatron_cores_default():
+    """Megatron-Core's DDP buckets hold max(40M, 1M x DP·CP) gradient elements (DistributedDataParallelConfig
+    .bucket_size): 160 MB of fp32 gradients up to 40 replicas, 512 MB at DP 128 (formulas.md §3.5). Llama 3.1 8B,
+    TP1 PP1 DP128 on 16 nodes, plain all-reduce without overlap: 32,121,044,992 bytes in ceil(S / 512 MB) = 63
+    calls, each paying the tree's latency; a run's own bucket size (PyTorch DDP: 25 MB) replaces the default."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    job, row = Job(gpus=128, seq_len=4096, global_batch=128), (1, 1, 128, 1, 1, False, 0, 0)
+    plain = dict(overlap_grad_reduce=False, overlap_param_gather=False)
+    default = _one(m, hw, job, row, Runtime(**plain))["dp_comm_s"][0]
+    s_bytes = 8_030_261_248 * 4
+    assert math.ceil(s_bytes / 512e6) == 63
+    assert default == pytest.approx(_one(m, hw, job, row, Runtime(dp_bucket_bytes=512e6, **plain))["dp_comm_s"][0],
+                                    rel=1e-12)
+    per_call = 14e-6 + 2 * 7 * 1.9e-6 + 2 * 4 * 4.0e-6          # tree over 16 nodes: 2·(7 NVLink + log2 16 network)
+    fixed = _one(m, hw, job, row, Runtime(dp_bucket_bytes=160e6, **plain))["dp_comm_s"][0]
+    assert fixed - default == pytest.approx((201 - 63) * per_call, rel=1e-9)
+    small = _one(m, hw, Job(gpus=8, seq_len=4096, global_batch=8), (1, 1, 8, 1, 1, False, 0, 0), Runtime(**plain))
+    assert small["dp_comm_s"][0] == pytest.approx(0.160496, rel=1e-5)       # DP 8: 40M elements, 201 buckets
+
+
 def test_recompute_names_price_the_same_as_codes(case):
     m, hw, job, rt, cols, out = case
     names = np.array(["none", "selective", "full", "op"])[cols["recompute"]]

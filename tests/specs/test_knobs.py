@@ -70,6 +70,7 @@ def test_runtime_is_validated_once(kwargs, field):
     with pytest.raises(PlannerError) as info:
         Runtime(**kwargs)
     assert info.value.field == field
+    assert Runtime().dp_bucket_bytes is None                   # Megatron-Core's max(40M, 1M x DP·CP) elements
     assert Runtime(zero3_gather_unit="matrix", dp_bucket_bytes=25e6, overlap_grad_reduce=np.bool_(False))
 
 
