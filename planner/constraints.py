@@ -10,7 +10,7 @@ import numpy as np
 
 from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
 from planner.cost.step import knob_columns
-from planner.errors import PlannerError
+from planner.errors import KEYWORD_FLAGS, PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import RECOMPUTE, Job
@@ -142,11 +142,16 @@ def _rule_flags(reason: str) -> tuple:
     return next((f for prefix, f in RULE_FLAGS if reason.startswith(prefix)), ())
 
 
+def _pinned_flags(result) -> dict[str, str]:
+    """The pinned knobs as {CLI flag: keyword} (zero_stage is --zero)."""
+    return {KEYWORD_FLAGS[k]: k for k, v in result.pins.__dict__.items() if v is not None}
+
+
 def ranked_rejections(result) -> list[str]:
     """The validity rules that rejected candidates (not memory), most telling first: a rule about a flag the user
     pinned (it is what they can change); with nothing pinned, the rules that alone block some layout (most such
     layouts first, `sole_blockers`); then the most frequent."""
-    pinned = {"--" + k.replace("_", "-") for k, v in result.pins.__dict__.items() if v is not None}
+    pinned = set(_pinned_flags(result))
     reasons = {k: v for k, v in result.rejected.items() if k != FIT_REASON}
     sole = {} if pinned else result.sole_blockers
     return sorted(reasons, key=lambda r: (not set(_rule_flags(r)) & pinned, -sole.get(r, 0), -reasons[r]))
@@ -161,7 +166,7 @@ def invalid_layout_error(result) -> PlannerError:
     ranked = ranked_rejections(result)
     if not ranked:
         return PlannerError("layout", f"no layout to evaluate for {n} GPUs")
-    pin_names = {"--" + p.replace("_", "-"): p for p in pinned}
+    pin_names = _pinned_flags(result)
     sole = result.sole_blockers
     reason = ranked[0]
     flags_of = {r: _rule_flags(r) for r in ranked}

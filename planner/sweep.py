@@ -21,7 +21,8 @@ def parse_gpu_counts(text: str) -> list[int]:
     """'256,512,1024' or '256..16384' (doubling) or '64..512:64' (steps of 64)."""
     counts: list[int] = []
     for part in str(text).replace(" ", "").split(","):
-        m = re.fullmatch(r"(\d+)\.\.(\d+)(?::(\d+))?", part)
+        m = re.fullmatch(r"([0-9]+)\.\.([0-9]+)(?::([0-9]+))?", part)     # ASCII digits: int() also reads '８'
+        whole = re.fullmatch(r"[0-9]+", part) is not None
         if m:
             lo, hi, step = int(m.group(1)), int(m.group(2)), m.group(3)
             if hi > MAX_GPUS:                          # name what was typed, not the first count past the limit
@@ -38,9 +39,9 @@ def parse_gpu_counts(text: str) -> list[int]:
                     x *= 2
             else:
                 counts.extend(range(lo, hi + 1, int(step)))
-        elif part.isdigit() and int(part) > MAX_GPUS:
+        elif whole and int(part) > MAX_GPUS:
             raise PlannerError("--gpus", f"got {part!r}, expected at most {MAX_GPUS:,}")
-        elif part.isdigit() and int(part) >= 1:
+        elif whole and int(part) >= 1:
             counts.append(int(part))
         else:
             raise PlannerError("--gpus", f"got {part!r}; expected counts like 256,512 or a range 256..16384 "

@@ -78,7 +78,7 @@ class RunRuntime(_Strict):
 
 class RunNetwork(_Strict):
     """The run's node network where its cluster is not the profile's build (HardwareSpec.with_network): NICs per
-    node and each NIC's rate per direction, as the source states them."""
+    server (node; on GB200 a 4-GPU compute tray) and each NIC's rate per direction, as the source states them."""
 
     nics_per_node: int = Field(ge=1, le=1024)
     nic_gbit_per_s: float = Field(gt=RANGES["inter_bw_bytes_per_s"][0] * 8 / 1e9,
@@ -389,6 +389,7 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
                       **layout, **search_kwargs)
     except PlannerError as exc:                  # name the run file's field (evaluate names its keyword)
         field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field}" if exc.field in _LAYOUT_FIELDS else exc.field)
+        field = re.sub(r"^hardware [^:]*: network", "network", field)      # with_network names the profile
         return Prediction(run, None, measured, math.nan, searched, error=f"{field}: {exc.message}")
     return Prediction(run, ev, measured, float(ev.row["step_time_s"]), searched)
 

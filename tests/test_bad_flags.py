@@ -89,6 +89,8 @@ CLI_CASES = [
      ["--hardware", "b20", "did you mean", "b200"]),
     ("sweep-reversed-range", ["sweep", "--model", "405b", "--gpus", "512..256"], ["--gpus", "512..256"]),
     ("sweep-zero", ["sweep", "--model", "405b", "--gpus", "0"], ["--gpus", "'0'"]),
+    ("sweep-full-width-digits", ["sweep", "--model", "8b", "--gpus", "８,１６"], ["--gpus", "'８'"]),   # as plan --gpus
+    ("sweep-full-width-range", ["sweep", "--model", "8b", "--gpus", "８..１６"], ["--gpus", "'８..１６'"]),
     ("validate-missing-file", ["validate", "missing.yaml"], ["missing.yaml", "not found"]),
     ("missing-gpus", ["--model", "8b"], ["--gpus", "required"]),
     ("missing-model", ["--gpus", "8"], ["--model", "required"]),
@@ -108,6 +110,9 @@ CLI_CASES = [
      ["error: layout:", "tp(4) * cp(4) * pp(64) = 1024", "gpus(512)"]),
     ("recompute-some", M405 + ["--gpus", "512", "--recompute", "some"], ["--recompute", "some"]),
     ("zero-stage-5", M405 + ["--gpus", "512", "--zero", "5"], ["--zero", "5"]),
+    # a pinned ZeRO stage that needs data parallelism is blamed on --zero (its keyword is zero_stage)
+    ("zero-3-without-dp", ["--model", "8b", "--gpus", "8", "--tp", "8", "--pp", "1", "--dp", "1", "--zero", "3"],
+     ["error: --zero:", "optimizer sharding needs DP x CP > 1"]),
     ("gpus-many", M405 + ["--gpus", "many"], ["--gpus", "many"]),
     # typer's own usage errors in the house format: "error: FLAG: message"
     ("format-xml-house-format", M405 + ["--gpus", "512", "--format", "xml"],

@@ -357,6 +357,8 @@ def test_a_run_on_a_cluster_with_fewer_nics_is_priced_on_its_network(tmp_path):
     pytest.param({"network.nics_per_node": 4, "network.nic_gbit_per_s": "100G"},
                  ["runs.0.network.nic_gbit_per_s", "number", "'100G'"], id="rate-as-text"),
     pytest.param({"network.nics_per_node": 4}, ["runs.0.network.nic_gbit_per_s", "required"], id="rate-missing"),
+    pytest.param({"network.nics_per_node": 1, "network.nic_gbit_per_s": 2},
+                 ["run my_run: network:", "0.25 Gb/s per GPU"], id="too-little-per-gpu"),
     pytest.param({"network.nics_per_node": 4, "network.nic_gbit_per_s": 100, "network.gbps": 1},
                  ["runs.0.network.gbps"], id="unknown-field"),
 ])

@@ -242,18 +242,25 @@ class HardwareSpec:
 
     def with_network(self, nics_per_node: int, nic_bytes_per_s: float) -> "HardwareSpec":
         """This GPU and node on another cluster's network: `nics_per_node` NICs of `nic_bytes_per_s` each per
-        direction, shared by the node's GPUs (a non-DGX build: GPT-NeoX-20B's servers had 4 HDR HCAs for 8 GPUs,
-        BLOOM's Jean Zay nodes 4 Omni-Path links). The network's latencies and busbw fraction stay the profile's.
-        Collectives see the node's aggregate (nics x rate) as they do on the profile's one-NIC-per-GPU nodes;
-        point-to-point traffic gets each GPU's even share, as when every GPU of a node sends at once (pipeline
-        stages do)."""
+        direction in each server, shared by its GPUs (a non-DGX build: GPT-NeoX-20B's servers had 4 HDR HCAs for
+        8 GPUs, BLOOM's Jean Zay nodes 4 Omni-Path links). A server is the allocation unit: the node, or the host
+        where the profile's NVLink domain spans several (a GB200 compute tray of 4 GPUs). The network's latencies
+        and busbw fraction stay the profile's. Collectives see a node's aggregate (NICs x rate) as they do on the
+        profile's one-NIC-per-GPU nodes; point-to-point traffic gets each GPU's even share, as when every GPU of a
+        server sends at once (pipeline stages do)."""
+        field = f"hardware {self.name}: network"
         if not is_int(nics_per_node) or nics_per_node < 1:
-            raise PlannerError(f"hardware {self.name}: nics_per_node", f"got {nics_per_node!r}, expected a positive "
-                                                                       "integer")
+            raise PlannerError(f"{field}.nics_per_node", f"got {nics_per_node!r}, expected a positive integer")
         if not is_real(nic_bytes_per_s) or not 0 < nic_bytes_per_s < math.inf:
-            raise PlannerError(f"hardware {self.name}: nic_bytes_per_s", f"got {nic_bytes_per_s!r}, expected a "
-                                                                         "positive rate in bytes/s")
-        return replace(self, inter_bw_bytes_per_s=nics_per_node * nic_bytes_per_s / self.gpus_per_node)
+            raise PlannerError(f"{field}.nic_bytes_per_s", f"got {nic_bytes_per_s!r}, expected a positive rate in "
+                                                           "bytes/s")
+        per_gpu = nics_per_node * nic_bytes_per_s / self.alloc_gpus
+        low, high = RANGES["inter_bw_bytes_per_s"]
+        if not low < per_gpu < high:
+            raise PlannerError(field, f"{nics_per_node} NICs of {nic_bytes_per_s * 8 / 1e9:g} Gb/s for "
+                                      f"{self.alloc_gpus} GPUs per server give {per_gpu * 8 / 1e9:g} Gb/s per GPU, "
+                                      f"expected between {low * 8 / 1e9:g} and {high * 8 / 1e9:g}")
+        return replace(self, inter_bw_bytes_per_s=per_gpu)
 
     @property
     def alloc_gpus(self) -> int:

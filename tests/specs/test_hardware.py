@@ -245,6 +245,9 @@ def test_another_clusters_network_is_its_nics_shared_by_the_node():
     assert hw.inter_bw_bytes_per_s == pytest.approx(25e9, rel=1e-12)
     assert replace(jz, inter_bw_bytes_per_s=hw.inter_bw_bytes_per_s) == hw
     assert hw.with_network(8, 200e9 / 8) == hw                  # the profile's own build changes nothing
+    # GB200: a server is a 4-GPU compute tray with 4 NICs, not the 72-GPU NVLink domain the profile calls its node
+    gb = load_hardware("gb200")
+    assert gb.with_network(4, 400e9 / 8) == gb and gb.with_network(2, 400e9 / 8).inter_bw_bytes_per_s == 25e9
 
 
 @pytest.mark.parametrize("nics, rate, field", [
@@ -254,3 +257,10 @@ def test_another_clusters_network_is_its_nics_shared_by_the_node():
 def test_a_bad_network_names_the_argument(nics, rate, field):
     with pytest.raises(PlannerError, match=field):
         load_hardware("a100-80gb").with_network(nics, rate)
+
+
+def test_a_network_outside_the_physical_range_says_so_per_gpu():
+    """Each number may be plausible and the share per GPU not: 1 NIC of 2 Gb/s for 8 GPUs is 0.25 Gb/s each."""
+    with pytest.raises(PlannerError, match=r"network.*1 NICs of 2 Gb/s for 8 GPUs per server give 0.25 Gb/s per "
+                                           r"GPU, expected between 1 and 100000"):
+        load_hardware("a100-80gb").with_network(1, 2e9 / 8)
