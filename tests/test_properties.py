@@ -167,7 +167,14 @@ def test_memory_never_increases_when_pp_doubles_with_even_splits(data, m, hw):
     job = job_for(m, layout, batch)
     before = memory_total(m, hw, job, layout)
     after = memory_total(m, hw, job, {**layout, "pp": 2 * p})
-    assert after <= before * (1 + REL), (p, layout, before, after)
+    # except that the first stage holds one more micro-batch's token ids (and embedding dropout mask) per stage in
+    # flight (formulas.md §3.4): a few bytes per token, which only a toy model's smaller stages do not outweigh
+    from planner.cost.memory import embedding_input_bytes
+    n_mb = batch // (layout["dp"] * layout["micro_batch"])
+    inputs = float(embedding_input_bytes(m, m.seq_len / layout["cp"], layout["micro_batch"], layout["tp"],
+                                         layout["sp"]))
+    extra = (min(n_mb, 2 * p) - min(n_mb, p)) * inputs
+    assert after <= before * (1 + REL) + extra, (p, layout, before, after)
 
 
 @PROPS

@@ -85,6 +85,13 @@ def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
     return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
 
 
+def embedding_input_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp):
+    """First stage, one micro-batch: the int64 token ids (8sb) and, with dropout, the embedding dropout's 1-byte
+    mask (sbh, split over TP with SP, which scatters the sequence before the dropout) (formulas.md §3.4; Megatron)."""
+    sb = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
+    return 8.0 * sb + (sb * m.hidden / np.where(sp, np.asarray(tp), 1) if m.dropout else 0.0)
+
+
 def stage_params(m: ModelSpec, tp, pp):
     """Parameters per GPU on (first, middle, last) stage: layers/t plus the embedding (first) and the output head
     (last; a tied head is a copy of the embedding when p > 1, as in Megatron)."""
@@ -131,7 +138,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
-    the logits of one micro-batch.
+    the logits of one micro-batch, and on the first stage the in-flight micro-batches' token ids and embedding
+    dropout masks (embedding_input_bytes).
     other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
     recomputed, and under ZeRO-3 the transients of the gathered units (zero3_transient_bytes; a unit is a layer for
     FSDP's per-block wrapping, the largest weight matrix for DeepSpeed's per-module gathering, and the embedding or
@@ -154,6 +162,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
+    embedded = embedding_input_bytes(m, seq_len, micro_batch, t, sp)
     work = _working_bytes(act_none, act)          # recompute_working_bytes, from the two already computed
     layer_unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"
                   else (2 if m.gated_mlp else 1) * m.hidden * m.ffn_hidden / t)
@@ -168,7 +177,9 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
         parts = {
             **states,
             "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * (f * act + (1 - f) * act_none)
-            + np.where(r == p - 1, logits, 0.0),
+            + np.where(r == p - 1, logits, 0.0)
+            # the first stage keeps its in-flight micro-batches' token ids and embedding dropout masks
+            + np.where(r == 0, in_flight_layers(1, 0, p, num_microbatches, vpp) * embedded, 0.0),
             "other": overhead_bytes + work + np.where(zero3, transient, 0.0),
         }
         total = sum(parts.values())

@@ -1,5 +1,6 @@
 """Memory model: Korthikanti Table 2, formulas.md §3 and §9, ZeRO paper §5, plus monotonicity properties."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -214,13 +215,14 @@ def test_total_never_increases_with_pp_even_splits(data, tp, name, s, b, mb, dp,
 def test_pp_monotonicity_fails_for_uneven_megatron_split_as_documented():
     # The counter-example quoted above, so the restriction of the property is itself checked: Llama-3.1-405B,
     # TP8, ZeRO-3 over d=256 (states tiny), s=8192, b=1, m=64: stage 0 holds 8·15 = 120 layer-micro-batches at
-    # p=8 and 9·14 = 126 at p=9.
+    # p=8 and 9·14 = 126 at p=9, plus the token ids of its p in-flight micro-batches (8 bytes x 8192 tokens each;
+    # Llama has no embedding dropout).
     m = load_model("llama-3.1-405b")
     kw = dict(tp=8, dp=256, b=1, mb=64, vpp=1, sp=True, rc=1, zero=3, s=8192, flash=True)
     p8, p9 = total(m, pp=8, **kw), total(m, pp=9, **kw)
     per_layer = float(memory.activation_bytes_per_layer(m, 8192, 1, 8, True, 1))
-    assert rel(float(p8["activations"]), 120 * per_layer) < 1e-12
-    assert rel(float(p9["activations"]), 126 * per_layer) < 1e-12
+    assert rel(float(p8["activations"]), 120 * per_layer + 8 * 8 * 8192) < 1e-12
+    assert rel(float(p9["activations"]), 126 * per_layer + 9 * 8 * 8192) < 1e-12
     assert sum(p9.values()) > sum(p8.values())
 
 
@@ -362,3 +364,19 @@ def test_recompute_names_equal_codes_and_bad_values_are_named():
     for bad in ("fulll", 7, -1, 2.5, [0, 4], True):
         with pytest.raises(PlannerError, match="recompute"):
             memory.activation_bytes_per_layer(m, 8192, 1, 8, True, bad)
+
+
+def test_first_stage_keeps_token_ids_and_embedding_dropout_masks():
+    """formulas.md §3.4: the first stage holds, per micro-batch in flight, its int64 token ids (8sb) and the
+    embedding dropout's 1-byte mask (sbh; with SP the sequence is scattered first: sbh/t). GPT-3 175B, s = 2048,
+    b = 1, t = 8: 16,384 + 25,165,824 = 25,182,208 bytes, 3,162,112 with SP; on PP 8 (8 micro-batches in flight on
+    the first stage under 1F1B) 201 MB. Llama (no dropout): the ids only."""
+    gpt3, llama = load_model("gpt3-175b"), load_model("llama-3.1-405b")
+    assert float(memory.embedding_input_bytes(gpt3, 2048, 1, 8, False)) == 25_182_208
+    assert float(memory.embedding_input_bytes(gpt3, 2048, 1, 8, True)) == 3_162_112
+    assert float(memory.embedding_input_bytes(llama, 8192, 1, 8, True)) == 8 * 8192
+    args = (2048, 8, 8, 1, 1, 64, 1, False, 2, 1)                 # s, t, p, d, b, m, v, sp, full recompute, ZeRO-1
+    parts, stage = memory.memory_breakdown(gpt3, *args)
+    no_dropout, _ = memory.memory_breakdown(dataclasses.replace(gpt3, dropout=False), *args)
+    assert stage == 0
+    assert parts["activations"] - no_dropout["activations"] == pytest.approx(8 * 2048 * 12288, rel=1e-12)
