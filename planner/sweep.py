@@ -90,7 +90,7 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=No
     df["gpu_hours"] = hours
     df["cost_usd"] = budget.cost_usd(hours, price)
     df["price_provider"] = provider
-    df["energy_mwh"] = budget.energy_mwh(gpus, seconds, hw.tdp_w, pue)
+    df["energy_mwh"] = budget.energy_j(gpus, seconds, hw.tdp_w, pue) / 3.6e9           # 1 MWh = 3.6e9 J
     return df
 
 

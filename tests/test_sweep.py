@@ -25,7 +25,7 @@ def test_budget_formulas_by_hand():
     assert h == pytest.approx(1024 * 15e6 / 3600)
     assert budget.cost_usd(h, 2.0) == pytest.approx(2 * 1024 * 15e6 / 3600)
     assert np.isnan(budget.cost_usd(h, None))
-    assert budget.energy_mwh(1024, s, 700, 1.2) == pytest.approx(700 * 1024 * 15e6 * 1.2 / 3.6e9)
+    assert budget.energy_j(1024, s, 700, 1.2) == pytest.approx(12.9024e12, rel=1e-12)        # 3,584 MWh
 
 
 @pytest.mark.parametrize("text, counts", [("256,512,1024", [256, 512, 1024]), ("256..2048", [256, 512, 1024, 2048]),

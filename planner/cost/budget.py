@@ -23,6 +23,7 @@ def cost_usd(gpu_hours_, price_usd_per_gpu_hour):
     return np.asarray(gpu_hours_, dtype=float) * price
 
 
-def energy_mwh(gpus, seconds, tdp_w, pue=DEFAULT_PUE):
-    """GPUs at TDP for the whole run, times the facility PUE: an upper-bound estimate of the energy (MWh)."""
-    return np.asarray(gpus, dtype=float) * tdp_w * np.asarray(seconds, dtype=float) * pue / 3.6e9
+def energy_j(gpus, seconds, tdp_w, pue=DEFAULT_PUE):
+    """Energy in joules: the GPUs at their TDP for the whole run, times the facility PUE. An estimate, not a bound:
+    GPUs draw less than TDP between kernels, while the hosts, NICs and switches around them are not counted."""
+    return np.asarray(gpus, dtype=float) * tdp_w * np.asarray(seconds, dtype=float) * pue

@@ -337,7 +337,7 @@ def test_int32_inputs_do_not_overflow():
         lambda s, b: compute.layer_elementwise_bytes(m, s, b, 1, False),
         lambda s, b: compute.gemm_time_s(s * b, np.int32(8192), np.int32(28672), hw),
         lambda s, b: budget.gpu_hours(s, s * b),
-        lambda s, b: budget.energy_mwh(s, s * b, 700),
+        lambda s, b: budget.energy_j(s, s * b, 700),
     ]
     for f in pairs:
         got, want = f(s32, b32), f(s64, b64)
