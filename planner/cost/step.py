@@ -62,7 +62,7 @@ def knob_columns(cols: dict) -> dict:
     return c
 
 
-def optimizer_bytes_per_param(precision: Precision) -> float:
+def optimizer_traffic_bytes_per_param(precision: Precision) -> float:
     """HBM traffic of one mixed-precision Adam step per optimised parameter (memory-bound, formulas.md §6):
     16-bit gradients are first copied to fp32 main grads (read g, write 4); the global grad-norm reads them (4);
     Adam reads master, grad, m, v and writes master, m, v (28); the 16-bit weights are refreshed from the fp32
@@ -72,7 +72,7 @@ def optimizer_bytes_per_param(precision: Precision) -> float:
 
 
 def _world(c: dict):
-    """The job's ranks, t·cp·p·d, where the columns hold them all (placement of groups on ragged nodes); else None."""
+    """The job's ranks, t·cp·p·d, where the columns hold them all (to place groups on ragged nodes); else None."""
     if not all(k in c for k in ("tp", "pp", "dp")):
         return None
     return np.asarray(c["tp"]) * np.asarray(c.get("cp", 1)) * np.asarray(c["pp"]) * np.asarray(c["dp"])
@@ -268,7 +268,8 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
     opt_params = params_stage / np.where(z >= 1, d * cp, 1)      # ZeRO shards over the DP x CP replicas
-    optimizer = opt_params * optimizer_bytes_per_param(precision) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
+    hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
+    optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
     times = {
         "compute": num_mb * stage_comp,

@@ -207,9 +207,12 @@ def test_total_never_increases_with_pp_even_splits(data, tp, name, s, b, mb, dp,
     m = MODELS[name]
     p1, p2 = sorted(data.draw(st.lists(st.sampled_from(even_divisors(m.layers)), min_size=2, max_size=2,
                                        unique=True), label="pp pair"))
+    # The first stage also keeps the token ids and embedding dropout mask of each micro-batch in flight, p of them
+    # (formulas.md §3.4): more stages hold more, which ZeRO-3's tiny states need not outweigh (GPT 22B on DP 64).
     kw = dict(tp=tp, dp=dp, b=b, mb=mb, vpp=1, sp=sp, rc=rc, zero=zero, s=s, flash=flash)
     a, c = total(m, pp=p1, **kw), total(m, pp=p2, **kw)
-    assert sum(c.values()) <= sum(a.values()) * (1 + 1e-12)
+    extra = (min(mb, p2) - min(mb, p1)) * float(memory.embedding_input_bytes(m, s, b, tp, sp))
+    assert sum(c.values()) <= sum(a.values()) * (1 + 1e-12) + extra
 
 
 def test_pp_monotonicity_fails_for_uneven_megatron_split_as_documented():
