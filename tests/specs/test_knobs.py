@@ -83,3 +83,14 @@ def test_precision_is_validated_once(kwargs, field):
         Precision(**kwargs)
     assert info.value.field == field
     assert Precision(grad_bytes=2, optimizer_bytes=0).grad_bytes == 2
+
+
+def test_zero_stage_takes_the_command_lines_text_in_the_library_too():
+    """README: zero_stage, like recompute, takes the CLI's text; a float or a bool is not a stage."""
+    from planner import evaluate
+    from planner.errors import PlannerError
+    for given in (1, "1", "zero1", "ZeRO-1", np.int64(1)):
+        assert evaluate(model="8b", gpus=8, tp=4, pp=1, dp=2, zero_stage=given).row["zero_stage"] == 1
+    for bad in (1.0, True, "zero-5", "one"):
+        with pytest.raises(PlannerError, match="zero_stage"):
+            evaluate(model="8b", gpus=8, tp=4, pp=1, dp=2, zero_stage=bad)
