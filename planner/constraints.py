@@ -144,7 +144,8 @@ def _rule_flags(reason: str) -> tuple:
 
 def _pinned_flags(result) -> dict[str, str]:
     """The pinned knobs as {CLI flag: keyword} (zero_stage is --zero)."""
-    return {KEYWORD_FLAGS[k]: k for k, v in result.pins.__dict__.items() if v is not None}
+    return {KEYWORD_FLAGS.get(k, "--" + k.replace("_", "-")): k for k, v in result.pins.__dict__.items()
+            if v is not None}
 
 
 def ranked_rejections(result) -> list[str]:

@@ -150,7 +150,8 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
     way, only W_net/W_node as fast, so a network phase cannot disturb compute less per byte than NVLink. Charged per
     byte, that floor covers the bandwidth time only (not the step latencies, during which no bytes move): a faster
     NIC moves the same bytes in less time and never slows compute more. A hierarchical collective runs its phases
-    one after the other and each brings its own. A ring exchange (CP) that leaves the node waits for its NIC hop at
+    one after the other: its NVLink bytes at the NVLink value, its network bytes at least at the floor, and its step
+    latencies, NVLink steps included, at the network value (_slowdown). A ring exchange (CP) that leaves the node waits for its NIC hop at
     every step (ring_exchange_time_s): the NVLink-hop ranks are busy W_net/W_node of each step's transfer, the NIC
     rank at the network value: the slower rank sets the pace (`size`: the ring's ranks, by default k·M)."""
     nodes = np.asarray(span[1])
@@ -210,14 +211,16 @@ def _latency_parts(k, nodes, hw: HardwareSpec, rounds, tree):
     """NCCL's tuner latency (tuning.cc), (in-node, network): base + steps x per-step latency; `rounds` is 1 for
     RS/AG, 2 for all-reduce. A ring of k·M ranks takes rounds·(k·M − 1) steps, rounds·(M − 1) of them across nodes
     and the rest, rounds·M·(k − 1), on NVLink; the double binary tree (all-reduce across nodes, `tree`) takes
-    rounds·(k − 1) NVLink steps and rounds·ceil(log2 M) network steps, and NCCL picks the faster. The launch goes
-    with the first phase (the network's when the group has one GPU per node)."""
+    rounds·(k − 1) NVLink steps and rounds·floor(log2 M) network steps. The lower latency is taken; NCCL's tuner
+    also weighs bandwidth, but here both algorithms move their bytes at the ring's bus bandwidth, so across nodes
+    an all-reduce gets the tree's latency. The launch goes with the first phase (the network's when the group has
+    one GPU per node)."""
     k, nodes = np.asarray(k), np.asarray(nodes)
     intra, inter = hw.intra_step_latency_s, hw.inter_step_latency_s
     ring_node, ring_net = rounds * nodes * (k - 1) * intra, rounds * (nodes - 1) * inter
     if tree:
         tree_node = rounds * (k - 1) * intra
-        tree_net = rounds * np.ceil(np.log2(np.maximum(nodes, 1))) * inter
+        tree_net = rounds * np.floor(np.log2(np.maximum(nodes, 1))) * inter      # tuning.cc's log2i
         use_tree = tree_node + tree_net < ring_node + ring_net
         ring_node, ring_net = np.where(use_tree, tree_node, ring_node), np.where(use_tree, tree_net, ring_net)
     base = hw.collective_base_latency_s

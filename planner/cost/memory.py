@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import params as P
-from planner.cost.pipeline import block_recompute_share, chunk_layers, in_flight_layers, layers_per_stage, stage_layers
+from planner.cost.pipeline import (block_recompute_share, chunk_layers, first_chunk_in_flight, in_flight_layers,
+                                   layers_per_stage, stage_layers)
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Precision, recompute_codes
 
@@ -179,7 +180,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
             "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * (f * act + (1 - f) * act_none)
             + np.where(r == p - 1, logits, 0.0)
             # the first stage keeps its in-flight micro-batches' token ids and embedding dropout masks
-            + np.where(r == 0, in_flight_layers(1, 0, p, num_microbatches, vpp) * embedded, 0.0),
+            + np.where(r == 0, first_chunk_in_flight(p, num_microbatches, vpp) * embedded, 0.0),
             "other": overhead_bytes + work + np.where(zero3, transient, 0.0),
         }
         total = sum(parts.values())

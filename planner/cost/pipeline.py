@@ -82,6 +82,15 @@ def bubble_fraction(pp, num_microbatches, vpp=1):
     return r / (1.0 + r)
 
 
+def first_chunk_in_flight(pp, num_microbatches, vpp=1):
+    """Micro-batches whose inputs the first model chunk of the first stage (the one with the embedding) holds at its
+    peak: min(m, p) under 1F1B; interleaved, Megatron's warm-up of 2(p − 1) + (v − 1)·p chunk forwards runs chunk 0
+    on micro-batches 0..p−1 and again on p..2p−1 before chunk 0's first backward (chunks take turns in groups of
+    p): min(m, 2p)."""
+    pp, m, v = (np.asarray(x) for x in (pp, num_microbatches, vpp))
+    return np.minimum(m, np.where(v > 1, 2 * pp, pp))
+
+
 def in_flight_layers(layers_on_stage, stage, pp, num_microbatches, vpp=1):
     """Layer-micro-batches whose activations stage `stage` (0-based) holds at its peak.
 

@@ -160,6 +160,10 @@ def test_all_reduce_is_twice_reduce_scatter_bandwidth():
     ar, rs = float(all_reduce_time_s(S, 64, 1, HW)), float(reduce_scatter_time_s(S, 64, 1, HW))
     assert ar - 2 * (rs - BASE - 56 * A_INTRA - 7 * A_INTER) == pytest.approx(BASE + 14 * A_INTRA + 6 * A_INTER,
                                                                               rel=1e-9)
+    # 12 nodes (GPT-NeoX-20B's cluster): the tree's depth is tuning.cc's log2i(12) = 3 network steps per round
+    ar, rs = float(all_reduce_time_s(S, 96, 1, HW)), float(reduce_scatter_time_s(S, 96, 1, HW))
+    assert ar - 2 * (rs - BASE - 84 * A_INTRA - 11 * A_INTER) == pytest.approx(BASE + 14 * A_INTRA + 6 * A_INTER,
+                                                                               rel=1e-9)
     # Inside one node both are rings: exactly twice the steps as well.
     ar, rs = float(all_reduce_time_s(S, 8, 1, HW)), float(reduce_scatter_time_s(S, 8, 1, HW))
     assert ar - BASE == pytest.approx(2 * (rs - BASE), rel=1e-12)

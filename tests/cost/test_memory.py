@@ -383,3 +383,9 @@ def test_first_stage_keeps_token_ids_and_embedding_dropout_masks():
     no_dropout, _ = memory.memory_breakdown(dataclasses.replace(gpt3, dropout=False), *args)
     assert stage == 0
     assert parts["activations"] - no_dropout["activations"] == pytest.approx(8 * 2048 * 12288, rel=1e-12)
+    # Interleaved (v = 4, 64 micro-batches): Megatron's warm-up runs chunk 0 on micro-batches 0-7 and 8-15 before
+    # its first backward, so the embedding chunk holds 16 (a simulation of the schedule agrees), not 8
+    inter = (2048, 8, 8, 1, 1, 64, 4, False, 2, 1)
+    parts, _ = memory.memory_breakdown(gpt3, *inter)
+    no_dropout, _ = memory.memory_breakdown(dataclasses.replace(gpt3, dropout=False), *inter)
+    assert parts["activations"] - no_dropout["activations"] == pytest.approx(16 * 2048 * 12288, rel=1e-12)

@@ -124,3 +124,13 @@ def test_the_pacing_stage_brings_its_own_communication():
     mid, edge = (evaluate(model=m, gpus=48, **pins).row for m in (small, huge))
     assert edge["compute_s"] > 2 * mid["compute_s"]          # the logits make the edge stage the slowest
     assert edge["tp_comm_s"] == pytest.approx(5 / 6 * mid["tp_comm_s"], rel=1e-9)
+
+
+def test_the_embedding_chunk_holds_p_or_2p_micro_batches():
+    """1F1B: stage 0 holds min(m, p) micro-batches. Interleaved, Megatron's warm-up (2(p-1) + (v-1)p = 38 chunk
+    forwards for p = 8, v = 4) runs chunk 0 on micro-batches 0-7, chunks 1-3 on them, then chunk 0 on 8-15 before
+    chunk 0's first backward: 16, capped by m."""
+    from planner.cost.pipeline import first_chunk_in_flight
+    assert first_chunk_in_flight(8, 64, 1) == 8 and first_chunk_in_flight(8, 64, 4) == 16
+    assert first_chunk_in_flight(8, 4, 1) == 4 and first_chunk_in_flight(8, 12, 2) == 12
+    assert list(first_chunk_in_flight(np.array([8, 16]), 128, np.array([4, 4]))) == [16, 32]

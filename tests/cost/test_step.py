@@ -222,8 +222,9 @@ def test_pp_and_dp_communication_by_hand():
     14 + 1.9 us + 33,554,432 / 369e9 s = 106.83 us, and 1F1B sends forward and backward (m + p − 1) = 11 times:
     2 x 11 x 106.83 us = 2.3503 ms (Narayanan §4.1).
     DP, TP1 PP1 DP8 on one node, plain all-reduce without overlap: 8,030,261,248 params x 4-byte grads =
-    32,121,044,992 bytes; ring 2·(7/8)·S/W = 0.152336 s; in ceil(S / 160 MB) = 201 buckets, each paying
-    14 + 2·7·1.9 = 40.6 us of latency: 8.1606 ms -> 0.160496 s (Thakur et al. 2005; NCCL tuning model)."""
+    32,121,044,992 bytes; ring 2·(7/8)·S/W = 0.152336 s, in one call (Megatron-Core does not bucket a reduction it
+    does not overlap) paying 14 + 2·7·1.9 = 40.6 us of latency: 0.152377 s; in 160 MB buckets, ceil(S / 160 MB) =
+    201 calls: 8.1606 ms of latency -> 0.160496 s (Thakur et al. 2005; NCCL tuning model)."""
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     pp = _one(m, hw, Job(gpus=4, seq_len=4096, global_batch=8), (1, 4, 1, 1, 1, False, 0, 0))
     assert pp["pp_comm_s"][0] == pytest.approx(2 * 11 * (15.9e-6 + 33_554_432 / 369e9), rel=1e-9)
@@ -231,28 +232,34 @@ def test_pp_and_dp_communication_by_hand():
     dp = _one(m, hw, Job(gpus=8, seq_len=4096, global_batch=8), (1, 1, 8, 1, 1, False, 0, 0),
               Runtime(overlap_grad_reduce=False, overlap_param_gather=False))
     s_bytes = 8_030_261_248 * 4
+    assert dp["dp_comm_s"][0] == pytest.approx(1.75 * s_bytes / 369e9 + 40.6e-6, rel=1e-9)
+    assert dp["dp_comm_s"][0] == pytest.approx(0.152377, rel=1e-5)
+    dp = _one(m, hw, Job(gpus=8, seq_len=4096, global_batch=8), (1, 1, 8, 1, 1, False, 0, 0),
+              Runtime(overlap_grad_reduce=False, overlap_param_gather=False, dp_bucket_bytes=160e6))
     assert dp["dp_comm_s"][0] == pytest.approx(1.75 * s_bytes / 369e9 + 201 * 40.6e-6, rel=1e-9)
     assert dp["dp_comm_s"][0] == pytest.approx(0.160496, rel=1e-5)
 
 
 def test_gradient_buckets_follow_megatron_cores_default():
     """Megatron-Core's DDP buckets hold max(40M, 1M x DP·CP) gradient elements (DistributedDataParallelConfig
-    .bucket_size): 160 MB of fp32 gradients up to 40 replicas, 512 MB at DP 128 (formulas.md §3.5). Llama 3.1 8B,
-    TP1 PP1 DP128 on 16 nodes, plain all-reduce without overlap: 32,121,044,992 bytes in ceil(S / 512 MB) = 63
-    calls, each paying the tree's latency; a run's own bucket size (PyTorch DDP: 25 MB) replaces the default."""
+    .bucket_size): 160 MB of fp32 gradients up to 40 replicas, 512 MB at DP 128 (formulas.md §3.5), when the
+    reduction overlaps the backward; without overlap it sets bucket_size None: one call. Llama 3.1 8B, TP1 PP1 DP128
+    on 16 nodes: 32,121,044,992 bytes in ceil(S / 512 MB) = 63 buckets; plain, one call paying the tree's latency
+    once. A run's own bucket size (PyTorch DDP: 25 MB) replaces the default either way."""
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     job, row = Job(gpus=128, seq_len=4096, global_batch=128), (1, 1, 128, 1, 1, False, 0, 0)
-    plain = dict(overlap_grad_reduce=False, overlap_param_gather=False)
-    default = _one(m, hw, job, row, Runtime(**plain))["dp_comm_s"][0]
     s_bytes = 8_030_261_248 * 4
     assert math.ceil(s_bytes / 512e6) == 63
-    assert default == pytest.approx(_one(m, hw, job, row, Runtime(dp_bucket_bytes=512e6, **plain))["dp_comm_s"][0],
-                                    rel=1e-12)
+
+    def dp_s(**rt):
+        return _one(m, hw, job, row, Runtime(**rt))["dp_comm_s"][0]
+
+    assert dp_s() == pytest.approx(dp_s(dp_bucket_bytes=512e6), rel=1e-12)       # overlapped: 512 MB buckets
+    assert dp_s() != pytest.approx(dp_s(dp_bucket_bytes=160e6), rel=1e-6)
+    plain = dict(overlap_grad_reduce=False, overlap_param_gather=False)
     per_call = 14e-6 + 2 * 7 * 1.9e-6 + 2 * 4 * 4.0e-6          # tree over 16 nodes: 2·(7 NVLink + log2 16 network)
-    fixed = _one(m, hw, job, row, Runtime(dp_bucket_bytes=160e6, **plain))["dp_comm_s"][0]
-    assert fixed - default == pytest.approx((201 - 63) * per_call, rel=1e-9)
-    small = _one(m, hw, Job(gpus=8, seq_len=4096, global_batch=8), (1, 1, 8, 1, 1, False, 0, 0), Runtime(**plain))
-    assert small["dp_comm_s"][0] == pytest.approx(0.160496, rel=1e-5)       # DP 8: 40M elements, 201 buckets
+    assert dp_s(**plain) == pytest.approx(dp_s(dp_bucket_bytes=1e15, **plain), rel=1e-12)     # one call
+    assert dp_s(dp_bucket_bytes=160e6, **plain) - dp_s(**plain) == pytest.approx((201 - 1) * per_call, rel=1e-9)
 
 
 def test_recompute_names_price_the_same_as_codes(case):

@@ -71,7 +71,8 @@ def test_runtime_is_validated_once(kwargs, field):
         Runtime(**kwargs)
     assert info.value.field == field
     assert Runtime().dp_bucket_bytes is None                   # Megatron-Core's max(40M, 1M x DP·CP) elements
-    assert Runtime(zero3_gather_unit="matrix", dp_bucket_bytes=25e6, overlap_grad_reduce=np.bool_(False))
+    rt = Runtime(zero3_gather_unit="matrix", dp_bucket_bytes=25e6, overlap_grad_reduce=np.bool_(False))
+    assert (rt.zero3_gather_unit, rt.dp_bucket_bytes, bool(rt.overlap_grad_reduce)) == ("matrix", 25e6, False)
 
 
 @pytest.mark.parametrize("kwargs, field", [(dict(grad_bytes=-4), "grad_bytes"), (dict(param_bytes=0), "param_bytes"),
