@@ -151,8 +151,6 @@ def check_paths(output=None, plot=None) -> None:
         check_plot_path(plot)
 
 
-
-
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
                   tp=None, cp=None, pinned: bool = False, sequence_parallel=None):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine

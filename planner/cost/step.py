@@ -321,15 +321,13 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # Gradients travel in buckets: by default Megatron-Core's max(40M, 1M x DP·CP) elements when the reduction
     # overlaps the backward, one call when it does not (DistributedDataParallel sets bucket_size None then).
     # ZeRO-3 gathers one layer (FSDP block) or one weight matrix (DeepSpeed) per call.
-    if rt.dp_bucket_bytes is None:
-        bucket_bytes = np.maximum(40e6, 1e6 * d * cp) * precision.grad_bytes
-        buckets = np.where(rt.overlap_grad_reduce, np.maximum(np.ceil(grad_bytes / bucket_bytes), 1), 1)
-    else:
-        buckets = np.maximum(np.ceil(grad_bytes / rt.dp_bucket_bytes), 1)
+    megatron = np.where(rt.overlap_grad_reduce, np.maximum(40e6, 1e6 * d * cp) * precision.grad_bytes, np.inf)
+    bucket_bytes = megatron if rt.dp_bucket_bytes is None else rt.dp_bucket_bytes
+    buckets = np.maximum(np.ceil(grad_bytes / bucket_bytes), 1)
     # Gradients are reduced (and ZeRO shards kept) over the DP x CP ranks, which hold the same weights (Megatron's
     # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
     replicas = d * cp
-    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, t * cp * p * d)
+    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, _world(c))
     # Each collective with the share of its time that still slows overlapped compute (comm.overlap_slowdown).
     rs, u_rs = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 1, group)
     ag, u_ag = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, buckets, 1, group)
