@@ -58,6 +58,8 @@ def test_no_false_out_of_memory(preds):
     ("narayanan2021_t2_zero3_175b_384gpu", "narayanan2021_t2_zero3_175b_768gpu", "narayanan2021_t2_zero3_175b_1536gpu"),
     ("narayanan2021_t2_zero3_530b_640gpu", "narayanan2021_t2_zero3_530b_1120gpu", "narayanan2021_t2_zero3_530b_2240gpu"),
     ("llama3_405b_8192gpu", "llama3_405b_16384gpu"),
+    tuple(f"megascale_megatron_175b_{n}gpu" for n in (256, 512, 768, 1024)),
+    tuple(f"megascale_megatron_175b_{n}gpu" for n in (3072, 6144, 8192, 12288)),
 ])
 def test_fixed_batch_more_gpus_lowers_per_gpu_throughput(preds, ids):
     """Strong scaling at a fixed global batch: fewer micro-batches per pipeline and more exposed DP traffic make
@@ -70,6 +72,18 @@ def test_fixed_batch_more_gpus_lowers_per_gpu_throughput(preds, ids):
     # best choice, which keeps the predicted bubble small)
     m_drop, p_drop = measured[-1] / measured[0] - 1, predicted[-1] / predicted[0] - 1
     assert m_drop / 3 <= p_drop <= 3 * m_drop, (m_drop, p_drop)
+
+
+def test_batch_growing_with_the_gpus_keeps_utilisation_nearly_flat(preds):
+    """MegaScale Figure 9 (530B, Megatron-LM, batch = GPU count, so every pipeline runs the same 280 micro-batches):
+    measured MFU moves by 2% from 2,240 to 11,200 GPUs; the prediction must stay as flat (only the DP collectives
+    grow, and they do not grow with the ring size) and not rise."""
+    ids = [f"megascale_megatron_530b_{n}gpu" for n in (2240, 4480, 11200)]
+    measured = np.array([preds[i].measured_value for i in ids])
+    predicted = np.array([preds[i].predicted_value for i in ids])
+    assert abs(measured[-1] / measured[0] - 1) <= 0.03
+    assert -0.03 <= predicted[-1] / predicted[0] - 1 <= 0.0, predicted
+    assert np.all(np.diff(predicted) <= 0), predicted
 
 
 def test_larger_models_at_fixed_per_gpu_load_reach_higher_utilisation(preds):
