@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError, flag_name
-from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
-                           output_format, parse_count, reject_unused, runtime_flags, usage_error_line)
+from planner.flags import (NETWORK_FLAGS, Format, budget_options, check_export_path, check_paths, float_flag,
+                           int_flag, network_flags, on_network, output_format, parse_count, reject_unused,
+                           runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -56,6 +57,10 @@ def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
     gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
+    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (with "
+                                                "--nic-gbit-per-s; default: the profile's network)."),
+    nic_gbit_per_s: Optional[str] = typer.Option(None, "--nic-gbit-per-s", help="Each NIC's rate per direction, "
+                                                 "Gb/s (with --nics-per-node)."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's; for a "
                                           "config.json max_position_embeddings, at most 4096, or GPT-2's "
                                           "n_positions)."),
@@ -119,6 +124,9 @@ def plan(
                                                                     (vpp, "--vpp")))
     recompute_layers = int_flag(recompute_layers, "--recompute-layers")
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
+    network = network_flags(nics_per_node, nic_gbit_per_s)
+    if network is not None and "," in hardware:
+        raise PlannerError(NETWORK_FLAGS, "sets one profile's node network; not with several --hardware profiles")
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
@@ -141,8 +149,9 @@ def plan(
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel)
-    common = dict(hardware=hardware, seq_len=seq_len, global_batch=global_batch, global_batch_tokens=batch_tokens,
-                  headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
+    common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
+                  global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
+                  allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
                 recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage)
     out = _out()
@@ -242,6 +251,10 @@ def sweep_cmd(
     gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
                                                         "64..512:64."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
+    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (with "
+                                                "--nic-gbit-per-s; default: the profile's network)."),
+    nic_gbit_per_s: Optional[str] = typer.Option(None, "--nic-gbit-per-s", help="Each NIC's rate per direction, "
+                                                 "Gb/s (with --nics-per-node)."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
     global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Global batch in sequences."),
     global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="K/M/G(=B)/T in powers "
@@ -280,6 +293,7 @@ def sweep_cmd(
     seq_len, global_batch = int_flag(seq_len, "--seq-len"), int_flag(global_batch, "--global-batch")
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
+    hardware = on_network(hardware, network_flags(nics_per_node, nic_gbit_per_s))
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget, **pins)
     title = f"{model} on {df.attrs['hardware']}: best layout per GPU count"

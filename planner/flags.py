@@ -172,3 +172,44 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
                                         "(--cp 1, or TP, PP and DP pinned without --cp); drop one")
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen))
+
+
+NETWORK_FLAGS = "--nics-per-node/--nic-gbit-per-s"
+
+
+def network_flags(nics_per_node, nic_gbit_per_s):
+    """--nics-per-node N --nic-gbit-per-s G, the cluster's node network (a validation run's `network` block): both
+    or neither; (N, G) or None."""
+    n, g = int_flag(nics_per_node, "--nics-per-node"), float_flag(nic_gbit_per_s, "--nic-gbit-per-s")
+    if (n is None) != (g is None):
+        given, missing = ("--nics-per-node", "--nic-gbit-per-s") if g is None else ("--nic-gbit-per-s",
+                                                                                  "--nics-per-node")
+        raise PlannerError(missing, f"required with {given}: a node network is its NICs per server and each NIC's "
+                                    "rate (e.g. --nics-per-node 4 --nic-gbit-per-s 100)")
+    if g is not None and g <= 0:
+        raise PlannerError("--nic-gbit-per-s", f"got {g:g}, expected a positive rate in Gb/s per NIC and direction")
+    return None if n is None else (n, g)
+
+
+def on_network(hardware: str, network):
+    """The profile (a name or YAML path) on the user's node network, or the name itself when the flags are absent.
+    The NICs are shared by a server's GPUs (HardwareSpec.with_network); the profile is renamed after the network,
+    so that every table and JSON record built on it says which cluster it describes."""
+    from dataclasses import replace
+
+    from planner.specs.hardware import load_hardware
+
+    if network is None:
+        return hardware
+    n, gbit = network
+    hw = load_hardware(hardware)
+    if not math.isfinite(gbit * 1e9 / 8):            # 1e308 Gb/s overflows in bytes/s
+        raise PlannerError("--nic-gbit-per-s", f"got {gbit:g}, too large to be a rate; expected a NIC's rate "
+                                              "in Gb/s")
+    try:
+        spec = hw.with_network(n, gbit * 1e9 / 8)
+    except PlannerError as exc:
+        raise PlannerError(NETWORK_FLAGS, exc.message) from None
+    server = "tray" if hw.gpus_per_host else "node"
+    return replace(spec, name=f"{hw.name} on {n} x {gbit:g} Gb/s NICs per {server}")
+

@@ -149,13 +149,16 @@ FLAGS = {
     "--pue": lambda rng, f: float_value(rng, [1.0, 1.1, 1.2, 1.5, 3.0]),
     "--sort": lambda rng, f: rng.choice(["throughput", "time", "cost", "speed", ""]),
     "--hardware": lambda rng, f: hardware_value(rng, f),
+    "--nics-per-node": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16]),
+    "--nic-gbit-per-s": lambda rng, f: float_value(rng, [0.1, 25, 100, 200, 400, 800, 1e6]),
     "--output": lambda rng, f: rng.choice(["out.json", "out.csv", "out.txt", "nodir/out.json", "sub", "",
                                            "sub/o.csv", ".json", "-"]),
 }
 SWITCHES = ["--sequence-parallel", "--no-sequence-parallel", "--allow-cross-node-tp", "--tp-comm-overlap",
             "--no-flash-attention", "--flash-attention", "--no-tp-comm-overlap"]
 SWEEP_FLAGS = ["--hardware", "--seq-len", "--global-batch", "--global-batch-tokens", "--tokens",
-               "--price-per-gpu-hour", "--pue", "--headroom-gib", "--format", "--output"]
+               "--price-per-gpu-hour", "--pue", "--headroom-gib", "--format", "--output", "--nics-per-node",
+               "--nic-gbit-per-s"]
 
 
 def random_argv(rng: random.Random, files: dict, budget: dict) -> list[str]:

@@ -153,6 +153,20 @@ CLI_CASES = [
                                         "--cp-comm", "allgather"], ["error: --cp-comm:", "CP 1"]),
     ("flash-gen-without-flash", ["--model", "8b", "--gpus", "8", "--no-flash-attention", "--flash-attention-gen", "1"],
      ["error: --flash-attention-gen:", "FlashAttention off"]),
+    # a node network is both flags, within the physical range, on one profile
+    ("nics-without-rate", ["--model", "8b", "--gpus", "64", "--nics-per-node", "4"],
+     ["error: --nic-gbit-per-s:", "required with --nics-per-node"]),
+    ("rate-without-nics", ["sweep", "--model", "8b", "--gpus", "64", "--nic-gbit-per-s", "100"],
+     ["error: --nics-per-node:", "required with --nic-gbit-per-s"]),
+    ("nics-zero", ["--model", "8b", "--gpus", "64", "--nics-per-node", "0", "--nic-gbit-per-s", "100"],
+     ["error: --nics-per-node:", "got 0"]),
+    ("nic-rate-negative", ["--model", "8b", "--gpus", "64", "--nics-per-node", "4", "--nic-gbit-per-s", "-100"],
+     ["error: --nic-gbit-per-s:", "got -100", "positive"]),
+    ("nic-rate-too-low", ["--model", "8b", "--gpus", "64", "--nics-per-node", "1", "--nic-gbit-per-s", "0.5"],
+     ["error: --nics-per-node/--nic-gbit-per-s:", "1 NICs of 0.5 Gb/s for 8 GPUs", "0.0625 Gb/s per GPU"]),
+    ("network-with-several-profiles", ["--model", "8b", "--gpus", "64", "--hardware", "h100-sxm,b200",
+                                       "--nics-per-node", "4", "--nic-gbit-per-s", "400"],
+     ["error: --nics-per-node/--nic-gbit-per-s:", "one profile", "several --hardware"]),
 ]
 
 

@@ -171,6 +171,28 @@ def test_flash_attention_generation_flag(capsys):
                     "--flash-attention-gen", "with FlashAttention off")
 
 
+def test_a_plan_on_your_own_node_network(capsys):
+    """--nics-per-node/--nic-gbit-per-s price the profile's GPUs on another network (HardwareSpec.with_network):
+    the profile's own (DGX A100: 8 HDR NICs of 200 Gb/s) changes nothing, a quarter of it (4 x 100 Gb/s, as on
+    many cloud A100 nodes) only lengthens the DP traffic that crosses nodes, and every output names the network."""
+    args = ["--model", "8b", "--gpus", "64", "--hardware", "a100-80gb", "--tp", "1", "--pp", "1", "--dp", "64",
+            "--format", "json"]
+    base = json.loads(runner.invoke(app, args).stdout)
+    same = json.loads(runner.invoke(app, args + ["--nics-per-node", "8", "--nic-gbit-per-s", "200"]).stdout)
+    slow = json.loads(runner.invoke(app, args + ["--nics-per-node", "4", "--nic-gbit-per-s", "100"]).stdout)
+    assert same["time_breakdown_s"] == base["time_breakdown_s"]
+    parts = slow["time_breakdown_s"]
+    assert parts["dp_comm"] > base["time_breakdown_s"]["dp_comm"]
+    assert {k: v for k, v in parts.items() if k != "dp_comm"} == {k: v for k, v in base["time_breakdown_s"].items()
+                                                                  if k != "dp_comm"}
+    search = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--hardware", "a100-80gb", "--nics-per-node", "4",
+                                 "--nic-gbit-per-s", "100", "--top", "1", "--format", "json"])
+    assert json.loads(search.stdout)["hardware"]["name"] == "a100-80gb on 4 x 100 Gb/s NICs per node"
+    sweep = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,16", "--hardware", "a100-80gb",
+                                "--nics-per-node", "4", "--nic-gbit-per-s", "100"])
+    assert sweep.exit_code == 0 and "8b on a100-80gb on 4 x 100 Gb/s NICs per node" in sweep.stdout
+
+
 def test_counts_of_one_are_singular(capsys):
     from cli_contract import bad, run
 
