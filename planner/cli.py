@@ -95,6 +95,9 @@ def plan(
                                             "(FlashAttention-1, its Triton port: half the rate)."),
     cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
                                 "attention) or allgather (Llama 3, torchtitan: exposed)."),
+    eager_elementwise: bool = typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as "
+                                           "eager PyTorch kernels (torchtitan without torch.compile); default: fused "
+                                           "(Megatron/Transformer Engine, torch.compile)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -148,7 +151,8 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel,
+                            eager_elementwise)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)

@@ -213,6 +213,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     if attention and runtime.flash_attention_gen == 1:
         header += (f"\n# attention: the plan priced {attention}; Megatron runs the flash-attn or cuDNN kernels "
                    "installed (FlashAttention-2 class today), so expect a faster step")
+    if runtime.eager_elementwise:
+        header += ("\n# the plan priced eager PyTorch element-wise kernels (--eager-elementwise); Megatron runs fused "
+                   "ones, so expect a faster step")
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
     # overlap needs exactly one (before Blackwell)
     if zero >= 2:
@@ -257,6 +260,9 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         notes.append(f"# attention: the plan priced {attention}; torchtitan runs PyTorch SDPA's fused kernels "
                      "(FlashAttention-2 class), so expect a faster step"
                      + (" and less activation memory" if runtime.flash_attention is False else ""))
+    if not runtime.eager_elementwise:
+        notes.append("# the plan priced fused element-wise kernels: turn torch.compile on (or plan with "
+                     "--eager-elementwise to price torchtitan without it)")
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("# the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap): torchtitan's "
                      "nearest is [parallelism] enable_async_tensor_parallel = true, with [compile] enabled")
@@ -358,6 +364,9 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         notes.append(order)
     if attention := _priced_attention(runtime):
         notes.append(f"attention kernels come from the model code: the plan priced {attention}")
+    notes.append("element-wise kernels come from the model code: the plan priced "
+                 + ("eager PyTorch ones (--eager-elementwise)" if runtime.eager_elementwise
+                    else "fused ones (Megatron's or torch.compile's; plan with --eager-elementwise for plain PyTorch)"))
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap); Megatron-DeepSpeed "
                      "has no such option, so expect the TP time of a plan without it")

@@ -152,7 +152,7 @@ def check_paths(output=None, plot=None) -> None:
 
 
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
-                  tp=None, cp=None, pinned: bool = False, sequence_parallel=None):
+                  tp=None, cp=None, pinned: bool = False, sequence_parallel=None, eager_elementwise: bool = False):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
     then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
     feature the pinned layout cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
@@ -171,7 +171,7 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
         raise PlannerError("--cp-comm", "allgather is how CP exchanges K and V, and the pinned layout has CP 1 "
                                         "(--cp 1, or TP, PP and DP pinned without --cp); drop one")
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
-                   flash_attention_gen=None if gen is None else int(gen))
+                   flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise)
 
 
 NETWORK_FLAGS = "--nics-per-node/--nic-gbit-per-s"

@@ -26,7 +26,8 @@ Rules (each one is why, briefly):
   mid-2022; never on a profile without fused attention kernels, V100), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
   backward from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
-  matrix over flat rings.
+  matrix over flat rings; torchtitan runs its element-wise ops as eager PyTorch kernels unless torch.compile is
+  named (its presets set compile = false).
 - measured: the most direct figure wins (iteration time, tokens/s, tokens/s/GPU, TFLOP/s/GPU, MFU, HFU), and the
   source's FLOP accounting picks the convention: Narayanan's 96-form, "hardware FLOPs", "includes recompute" or
   HFU alone count the recompute forward; "6N"/"6ND" with no attention term is six_n; torchtitan's train.py counted
@@ -279,6 +280,8 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
         rt["flash_attention_gen"] = flash_generation(fw, year)
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
+    if "torchtitan" in fw and not re.search(r"compile", fw):
+        rt["eager_elementwise"] = True          # its presets' compile = false: eager PyTorch element-wise kernels
     return rt
 
 

@@ -69,6 +69,7 @@ class RunRuntime(_Strict):
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
     cp_comm_overlap: bool | None = None
+    eager_elementwise: bool | None = None      # torchtitan without torch.compile (Runtime.eager_elementwise)
     flash_attention_gen: StrictInt | None = Field(default=None, ge=min(FLASH_GENERATIONS),
                                                   le=max(FLASH_GENERATIONS))   # 1 or 2, not true or 1.0
     # A run was launched in one rank order: every framework's default puts DP next to TP (Megatron tp-cp-ep-dp-pp,

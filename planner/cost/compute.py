@@ -88,20 +88,50 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     return np.maximum(math_s, mem_s)
 
 
-def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_bytes=2):
+def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_bytes=2, eager=False):
     """HBM bytes moved by one layer's memory-bound kernels in the forward pass.
 
     Two norms (read + write h per token), two fused bias-dropout-residual adds (read 2, write 1, plus a 1-byte
     mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
     embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
-    unless sequence parallelism shards it.
+    unless sequence parallelism shards it. `eager`: the same ops as separate PyTorch kernels (eager_extra_bytes).
     """
     sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
     per_token_replicated = 2 * (2 * e * h) + 2 * ((3 * e + drop) * h)
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
     rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim / t + kv_dim_per_rank(m, t))
-    return sb * (per_token_replicated / np.where(sp, t, 1) + act / t + rope)
+    fused = per_token_replicated / np.where(sp, t, 1) + act / t + rope
+    extra = eager_extra_bytes(m, t, sp, e) if np.any(eager) else 0.0
+    return sb * (fused + np.where(eager, extra, 0.0))
+
+
+# Eager PyTorch runs each element-wise op of a Llama block as its own kernel, counted here from torchtitan's model
+# code (torchtitan/models/norms.py RMSNorm, models/llama/model.py apply_rotary_emb, repeat_kv, FeedForward), bytes
+# per element and kernels beyond the fused kernels above (one per op: Megatron/Transformer Engine, torch.compile).
+EAGER_RMSNORM_EXTRA_BYTES = 28      # + 2e: x.float() (e + 4), pow(2) (8), mean (4), x * rsqrt (8), type_as (4 + e),
+                                    # * weight (2e) = 28 + 4e, against one kernel's 2e
+EAGER_ROPE_EXTRA_BYTES = 16         # q and k each: .float() (e + 4), complex multiply (8), type_as (4 + e), against 2e
+EAGER_RMSNORM_EXTRA_KERNELS = 7     # 8 kernels (float, pow, mean, + eps, rsqrt, mul, type_as, mul weight) for 1
+EAGER_ROPE_EXTRA_KERNELS = 5        # 3 for q and 3 for k, for 1
+
+
+def eager_extra_bytes(m: ModelSpec, tp, sp, elem_bytes=2):
+    """HBM bytes per token one layer's forward moves in eager PyTorch beyond the fused kernels (torchtitan without
+    torch.compile): the fp32-upcast RMSNorm (EAGER_RMSNORM_EXTRA_BYTES + 2e per element, twice); dropout apart from
+    the residual add (2e); SiLU apart from the gate product (2e per F element); RoPE through complex fp32
+    (EAGER_ROPE_EXTRA_BYTES per Q and K element); and under GQA, repeat_kv copying K and V into full heads (read
+    the K/V heads, write the query heads' worth: 2e per K/V and per Q element). LayerNorm and GeLU are single
+    kernels in eager PyTorch too (nn.LayerNorm, F.gelu): nothing extra."""
+    t, e, h = np.asarray(tp), elem_bytes, m.hidden
+    q, kv = m.q_dim / t, kv_dim_per_rank(m, t)
+    norms = 2 * (EAGER_RMSNORM_EXTRA_BYTES + 2 * e) * h if m.norm == "rmsnorm" else 0.0
+    dropout = 2 * (2 * e) * h if m.dropout else 0.0
+    replicated = (norms + dropout) / np.where(sp, t, 1)          # sharded by SP like the fused kernels
+    glu = 2 * e * m.ffn_hidden / t if m.gated_mlp else 0.0
+    rope = 0.0 if m.learned_positions else EAGER_ROPE_EXTRA_BYTES * (q + kv)
+    gqa = 2 * e * (kv + q) if m.kv_heads < m.heads else 0.0
+    return replicated + glu + rope + gqa
 
 
 def elementwise_time_s(nbytes, hw: HardwareSpec):
@@ -127,13 +157,20 @@ def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem
     return gemm + elementwise_time_s(LOSS_BYTES_PER_LOGIT * n * m.vocab / t, hw)
 
 
-def layer_kernel_count(m: ModelSpec, flash_attention, cp=1):
+def layer_kernel_count(m: ModelSpec, flash_attention, cp=1, eager=False):
     """Kernels one layer launches in the forward pass: 4 GEMMs, the attention core (1 fused FlashAttention kernel,
     or QKᵀ, softmax, dropout, AV unfused), 2 norms, 2 residual adds, the MLP activation and rotary embedding.
     Context parallelism runs attention as one kernel per K/V chunk (cp steps) and merges each step's partial output
-    with a rescaling kernel (Transformer Engine's context-parallel attention): 2 more per extra step."""
+    with a rescaling kernel (Transformer Engine's context-parallel attention): 2 more per extra step. `eager`: the
+    element-wise ops' own kernels (eager_extra_bytes): RMSNorm's, dropout, SiLU, RoPE's and GQA's K/V copies."""
     attention = np.where(flash_attention, 1, 4) + 2 * (np.asarray(cp) - 1)
-    return 4 + attention + _elementwise_kernels(m)
+    return 4 + attention + _elementwise_kernels(m) + np.where(eager, _eager_extra_kernels(m), 0)
+
+
+def _eager_extra_kernels(m: ModelSpec) -> int:
+    """Kernels eager PyTorch adds to a layer's forward (eager_extra_bytes counts their bytes)."""
+    return (2 * EAGER_RMSNORM_EXTRA_KERNELS * (m.norm == "rmsnorm") + 2 * m.dropout + m.gated_mlp
+            + EAGER_ROPE_EXTRA_KERNELS * (not m.learned_positions) + 2 * (m.kv_heads < m.heads))
 
 
 def _elementwise_kernels(m: ModelSpec) -> int:
@@ -141,13 +178,16 @@ def _elementwise_kernels(m: ModelSpec) -> int:
     return 5 + (0 if m.learned_positions else 1)
 
 
-def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise_s=0.0):
+def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise_s=0.0,
+                        eager=False):
     """Backward-time recompute of torchtitan's per-op policy, one layer: the three matmuls it does not save (K, the
     output projection, the MLP's second matmul; params.op_recompute_matmul_params), TP-sharded, plus every
-    element-wise kernel (`elementwise_s`: their forward time), whose outputs it does not save either."""
+    element-wise kernel (`elementwise_s`: their forward time; `eager`: as many as eager PyTorch launches), whose
+    outputs it does not save either."""
     n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     mlp = (gemm_time_s(n, m.hidden, m.ffn_hidden / t, hw, elem_bytes) if m.gated_mlp
            else gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
     gemms = (gemm_time_s(n, m.hidden, kv_dim_per_rank(m, t), hw, elem_bytes)
              + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes) + mlp)
-    return gemms + elementwise_s + (3 + _elementwise_kernels(m)) * hw.kernel_overhead_s
+    kernels = 3 + _elementwise_kernels(m) + np.where(eager, _eager_extra_kernels(m), 0)
+    return gemms + elementwise_s + kernels * hw.kernel_overhead_s

@@ -108,15 +108,16 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     s_rank = s / cp
     gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
     attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
-    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e), hw)
+    eager = rt.eager_elementwise
+    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e, eager), hw)
     ring_steps = cp if rt.cp_comm_overlap else 1        # the all-gather variant runs one attention kernel
-    launch = compute.layer_kernel_count(m, rt.flash_attention, ring_steps) * hw.kernel_overhead_s
+    launch = compute.layer_kernel_count(m, rt.flash_attention, ring_steps, eager) * hw.kernel_overhead_s
     fwd = gemm + attn + elem + launch
     # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
     # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
     bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
     f = np.asarray(c.get("rc_frac", 1.0))              # full recompute of this share of the layers
-    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem) if np.any(rc == 3) else 0.0   # pinned only
+    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem, eager) if np.any(rc == 3) else 0.0  # pinned only
     recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, np.where(rc == 3, op, 0.0)))
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP

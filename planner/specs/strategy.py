@@ -145,6 +145,10 @@ class Runtime:
                                         # False: K/V all-gathered before attention, exposed (Llama 3 §3.3.2)
     overlap_grad_reduce: bool = True    # DP gradient reduction overlaps the last backward (Megatron, DDP buckets)
     overlap_param_gather: bool = True   # sharded-parameter all-gather overlaps the next forward
+    eager_elementwise: bool = False     # element-wise ops as separate eager PyTorch kernels (torchtitan without
+                                        # torch.compile: fp32 RMSNorm, SiLU and gate apart, complex RoPE, GQA's
+                                        # repeat_kv; compute.eager_extra_bytes); False: fused kernels (Megatron/TE,
+                                        # torch.compile)
     causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
     hierarchical_collectives: bool = True  # DP collectives use NVLink inside nodes and all NICs (NCCL rings/trees);
                                            # False: a topology-unaware ring whose every step crosses the network
