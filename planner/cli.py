@@ -57,8 +57,9 @@ def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
     gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="Number of GPUs."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (with "
-                                                "--nic-gbit-per-s; default: the profile's network)."),
+    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (a "
+                                                "gb200 server is a 4-GPU tray; with --nic-gbit-per-s; default: the "
+                                                "profile's network)."),
     nic_gbit_per_s: Optional[str] = typer.Option(None, "--nic-gbit-per-s", help="Each NIC's rate per direction, "
                                                  "Gb/s (with --nics-per-node)."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's; for a "
@@ -255,8 +256,9 @@ def sweep_cmd(
     gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
                                                         "64..512:64."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
-    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (with "
-                                                "--nic-gbit-per-s; default: the profile's network)."),
+    nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (a "
+                                                "gb200 server is a 4-GPU tray; with --nic-gbit-per-s; default: the "
+                                                "profile's network)."),
     nic_gbit_per_s: Optional[str] = typer.Option(None, "--nic-gbit-per-s", help="Each NIC's rate per direction, "
                                                  "Gb/s (with --nics-per-node)."),
     seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),

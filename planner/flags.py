@@ -203,11 +203,12 @@ def on_network(hardware: str, network):
         return hardware
     n, gbit = network
     hw = load_hardware(hardware)
-    if not math.isfinite(gbit * 1e9 / 8):            # 1e308 Gb/s overflows in bytes/s
+    rate = gbit / 8 * 1e9                            # bytes/s
+    if not math.isfinite(rate):                      # 1e308 Gb/s overflows
         raise PlannerError("--nic-gbit-per-s", f"got {gbit:g}, too large to be a rate; expected a NIC's rate "
                                               "in Gb/s")
     try:
-        spec = hw.with_network(n, gbit * 1e9 / 8)
+        spec = hw.with_network(n, rate)
     except PlannerError as exc:
         raise PlannerError(NETWORK_FLAGS, exc.message) from None
     server = "tray" if hw.gpus_per_host else "node"

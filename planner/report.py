@@ -158,7 +158,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
                       f"{' these pins' if pins else ''}: {min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
-    unfused = "" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)"
+    unfused = ("" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)") + (
+        "; element-wise kernels eager (no torch.compile)" if result.runtime.eager_elementwise else "")
     out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "
               f"memory in GiB{unfused}.")
 

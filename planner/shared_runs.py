@@ -263,6 +263,15 @@ def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
                               f"{layout['recompute_layers']} per {chunk}-layer chunk (torchtitan counts every n-th block)")
 
 
+def compiled(framework_text: str) -> bool:
+    """The framework text says torch.compile was on: 'torch.compile', 'compile = true', 'compiled', not 'compile =
+    false', 'no torch.compile' or 'without compile'."""
+    text = framework_text.lower()
+    if re.search(r"\b(no|without|not)\s+(torch\.)?compile|compile\s*[=:]?\s*(false|off|no)\b", text):
+        return False
+    return re.search(r"compile", text) is not None
+
+
 def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> dict:
     from planner.specs.hardware import load_hardware
     fw = text_of(run.get("framework"))
@@ -280,7 +289,7 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
         rt["flash_attention_gen"] = flash_generation(fw, year)
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
-    if "torchtitan" in fw and not re.search(r"compile", fw):
+    if "torchtitan" in fw and not compiled(fw):
         rt["eager_elementwise"] = True          # its presets' compile = false: eager PyTorch element-wise kernels
     return rt
 

@@ -163,7 +163,7 @@ CLI_CASES = [
     ("nic-rate-negative", ["--model", "8b", "--gpus", "64", "--nics-per-node", "4", "--nic-gbit-per-s", "-100"],
      ["error: --nic-gbit-per-s:", "got -100", "positive"]),
     ("nic-rate-too-low", ["--model", "8b", "--gpus", "64", "--nics-per-node", "1", "--nic-gbit-per-s", "0.5"],
-     ["error: --nics-per-node/--nic-gbit-per-s:", "1 NICs of 0.5 Gb/s for 8 GPUs", "0.0625 Gb/s per GPU"]),
+     ["error: --nics-per-node/--nic-gbit-per-s:", "1 NIC of 0.5 Gb/s for 8 GPUs", "0.0625 Gb/s per GPU"]),
     ("network-with-several-profiles", ["--model", "8b", "--gpus", "64", "--hardware", "h100-sxm,b200",
                                        "--nics-per-node", "4", "--nic-gbit-per-s", "400"],
      ["error: --nics-per-node/--nic-gbit-per-s:", "one profile", "several --hardware"]),

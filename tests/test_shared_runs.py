@@ -327,6 +327,21 @@ def test_a_shared_file_with_nothing_expressible_is_one_line(tmp_path, capsys):
     assert_mentions(bad_line(capsys, "validate", path), "tpu.yaml", "none of its 1 runs", "TPU")
 
 
+@pytest.mark.parametrize("framework, eager", [
+    ("torchtitan (FSDP2)", True), ("torchtitan, compile = false", True), ("torchtitan, no torch.compile", True),
+    ("torchtitan without compile", True), ("torchtitan + torch.compile", None), ("torchtitan (compile = true)", None),
+    ("torchtitan, compiled", None), ("Megatron-LM", None)])
+def test_torchtitan_runs_eager_kernels_unless_compile_is_on(framework, eager):
+    """torchtitan's presets set compile = false: its element-wise ops run as eager PyTorch kernels unless the text
+    says compile was on; a compile that is turned off is not compile. Otherwise the field is left out: fused, the
+    default."""
+    run = _run(model="Llama 3 8B", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
+               seq_len=8192, num_gpus=64, tp=1, pp=1, dp=64, zero_stage=3, global_batch=64, framework=framework,
+               source="torchtitan 2024")
+    converted, why = convert_run(run)
+    assert why is None and converted["runtime"].get("eager_elementwise") is eager
+
+
 def test_context_parallel_runs_convert():
     """Llama 3's long-context row in the flat format: CP is a layout degree like the others."""
     run = _run(model="Llama 3 405B", layers=126, hidden=16384, ffn_hidden=53248, heads=128, kv_heads=8, vocab=128256,

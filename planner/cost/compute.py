@@ -109,8 +109,8 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
 # Eager PyTorch runs each element-wise op of a Llama block as its own kernel, counted here from torchtitan's model
 # code (torchtitan/models/norms.py RMSNorm, models/llama/model.py apply_rotary_emb, repeat_kv, FeedForward), bytes
 # per element and kernels beyond the fused kernels above (one per op: Megatron/Transformer Engine, torch.compile).
-EAGER_RMSNORM_EXTRA_BYTES = 28      # + 2e: x.float() (e + 4), pow(2) (8), mean (4), x * rsqrt (8), type_as (4 + e),
-                                    # * weight (2e) = 28 + 4e, against one kernel's 2e
+EAGER_RMSNORM_FP32_BYTES = 28       # its fp32 traffic: x.float() (e + 4), pow(2) (8), mean (4), x * rsqrt (8),
+                                    # type_as (4 + e), * weight (2e): 28 + 4e in all, against one kernel's 2e
 EAGER_ROPE_EXTRA_BYTES = 16         # q and k each: .float() (e + 4), complex multiply (8), type_as (4 + e), against 2e
 EAGER_RMSNORM_EXTRA_KERNELS = 7     # 8 kernels (float, pow, mean, + eps, rsqrt, mul, type_as, mul weight) for 1
 EAGER_ROPE_EXTRA_KERNELS = 5        # 3 for q and 3 for k, for 1
@@ -118,14 +118,15 @@ EAGER_ROPE_EXTRA_KERNELS = 5        # 3 for q and 3 for k, for 1
 
 def eager_extra_bytes(m: ModelSpec, tp, sp, elem_bytes=2):
     """HBM bytes per token one layer's forward moves in eager PyTorch beyond the fused kernels (torchtitan without
-    torch.compile): the fp32-upcast RMSNorm (EAGER_RMSNORM_EXTRA_BYTES + 2e per element, twice); dropout apart from
+    torch.compile): the fp32-upcast RMSNorm (EAGER_RMSNORM_FP32_BYTES + 2e per element, twice); dropout apart from
     the residual add (2e); SiLU apart from the gate product (2e per F element); RoPE through complex fp32
     (EAGER_ROPE_EXTRA_BYTES per Q and K element); and under GQA, repeat_kv copying K and V into full heads (read
-    the K/V heads, write the query heads' worth: 2e per K/V and per Q element). LayerNorm and GeLU are single
+    the K/V heads, write the query heads' worth: 2e per K/V and per Q element; torchtitan's code makes that copy
+    compiled too, while Megatron's fused attention reads the K/V heads as they are). LayerNorm and GeLU are single
     kernels in eager PyTorch too (nn.LayerNorm, F.gelu): nothing extra."""
     t, e, h = np.asarray(tp), elem_bytes, m.hidden
     q, kv = m.q_dim / t, kv_dim_per_rank(m, t)
-    norms = 2 * (EAGER_RMSNORM_EXTRA_BYTES + 2 * e) * h if m.norm == "rmsnorm" else 0.0
+    norms = 2 * (EAGER_RMSNORM_FP32_BYTES + 2 * e) * h if m.norm == "rmsnorm" else 0.0
     dropout = 2 * (2 * e) * h if m.dropout else 0.0
     replicated = (norms + dropout) / np.where(sp, t, 1)          # sharded by SP like the fused kernels
     glu = 2 * e * m.ffn_hidden / t if m.gated_mlp else 0.0

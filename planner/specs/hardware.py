@@ -257,9 +257,10 @@ class HardwareSpec:
         per_gpu = nics_per_node * nic_bytes_per_s / self.alloc_gpus
         low, high = RANGES["inter_bw_bytes_per_s"]
         if not low < per_gpu < high:
-            raise PlannerError(field, f"{nics_per_node} NICs of {nic_bytes_per_s * 8 / 1e9:g} Gb/s for "
-                                      f"{self.alloc_gpus} GPUs per server give {per_gpu * 8 / 1e9:g} Gb/s per GPU, "
-                                      f"expected between {low * 8 / 1e9:g} and {high * 8 / 1e9:g}")
+            nics = f"{nics_per_node} NIC{'s' if nics_per_node != 1 else ''}"
+            raise PlannerError(field, f"{nics} of {nic_bytes_per_s * 8 / 1e9:g} Gb/s for {self.alloc_gpus} GPUs per "
+                                      f"server give {per_gpu * 8 / 1e9:g} Gb/s per GPU, expected more than "
+                                      f"{low * 8 / 1e9:g} and less than {high * 8 / 1e9:g}")
         return replace(self, inter_bw_bytes_per_s=per_gpu)
 
     @property

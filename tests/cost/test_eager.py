@@ -1,7 +1,6 @@
 """Eager PyTorch element-wise kernels (torchtitan without torch.compile): bytes and kernels counted by hand from
 torchtitan's model code, and the speed-up torch.compile buys measured by torchtitan itself."""
 
-import numpy as np
 import pytest
 
 import planner
@@ -64,4 +63,15 @@ def test_the_speed_up_torch_compile_buys_in_torchtitan(gpus, measured):
     fused = planner.evaluate("8b", gpus, **kw).row["step_time_s"]
     eager = planner.evaluate("8b", gpus, runtime=Runtime(eager_elementwise=True), **kw).row["step_time_s"]
     assert abs(eager / fused - measured) <= 0.03, (eager / fused, measured)
-    assert np.isfinite(eager)
+
+
+@pytest.mark.parametrize("eager, needle", [(False, "priced fused element-wise kernels: turn torch.compile on"),
+                                           (True, None)])
+def test_the_torchtitan_export_says_which_kernels_were_priced(eager, needle):
+    from planner.export import best_supported
+
+    res = planner.run_search("8b", 64, runtime=Runtime(eager_elementwise=eager))
+    text, _ = best_supported("torchtitan", res)
+    assert (needle in text) if needle else ("torch.compile" not in text)
+    megatron, _ = best_supported("megatron", res)
+    assert ("the plan priced eager PyTorch element-wise kernels" in megatron) is eager
