@@ -258,9 +258,12 @@ class HardwareSpec:
         low, high = RANGES["inter_bw_bytes_per_s"]
         if not low < per_gpu < high:
             nics = f"{nics_per_node} NIC{'s' if nics_per_node != 1 else ''}"
-            raise PlannerError(field, f"{nics} of {nic_bytes_per_s * 8 / 1e9:g} Gb/s for {self.alloc_gpus} GPUs per "
-                                      f"server give {per_gpu * 8 / 1e9:g} Gb/s per GPU, expected more than "
-                                      f"{low * 8 / 1e9:g} and less than {high * 8 / 1e9:g}")
+            def gbit(bytes_per_s):                  # divide first: 1e300 Gb/s must not print as inf
+                return f"{bytes_per_s / 1e9 * 8:g}"
+
+            raise PlannerError(field, f"{nics} of {gbit(nic_bytes_per_s)} Gb/s for {self.alloc_gpus} GPUs per "
+                                      f"server give {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
+                                      f"and less than {gbit(high)}")
         return replace(self, inter_bw_bytes_per_s=per_gpu)
 
     @property
