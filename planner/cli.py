@@ -182,10 +182,10 @@ def plan(
         if fmt is Format.table:
             report.print_breakdown(ev, out)
         elif fmt is Format.json:
-            _emit(report.json_text(report.config_record(ev.row)), output)
+            _emit(report.json_text(report.pinned_record(ev)), output)
         else:
             import pandas as pd
-            _emit(pd.DataFrame([ev.row]).to_csv(index=False), output)
+            _emit(pd.DataFrame([{**ev.row, "hardware": ev.result.hardware.name}]).to_csv(index=False), output)
         raise typer.Exit(EXIT_OK if ev.fits else EXIT_NOTHING_FITS)
 
     result = require_valid(run_search(model, gpus, pins=Pins(**pins), **common))

@@ -53,12 +53,23 @@ def config_record(row) -> dict:
     return rec
 
 
+def _context(result: SearchResult) -> dict:
+    """What a record was priced on: the model and the hardware as this job is placed (a renamed profile names its
+    network)."""
+    return {"model": {"name": result.model.name, "params": total_params(result.model)},
+            "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node}}
+
+
+def pinned_record(ev) -> dict:
+    """A pinned layout's JSON: its config, headed by the model and hardware as in a search."""
+    return {**_context(ev.result), **config_record(ev.row)}
+
+
 def result_document(result: SearchResult, top: int) -> dict:
     """The JSON contract: model, hardware, gpus, considered, rejected, configs (best first)."""
     table = result.table.head(top)
     doc = {
-        "model": {"name": result.model.name, "params": total_params(result.model)},
-        "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
+        **_context(result),
         "gpus": result.job.gpus,
         "seq_len": result.job.seq_len,
         "global_batch": result.job.global_batch,
@@ -85,7 +96,7 @@ def to_json(result: SearchResult, top: int) -> str:
 
 def to_csv(result: SearchResult, top: int) -> str:
     table = result.table if len(result.table) else result.closest
-    return table.head(top).to_csv(index=False)
+    return table.head(top).assign(hardware=result.hardware.name).to_csv(index=False)
 
 
 def _fmt_params(n: float) -> str:

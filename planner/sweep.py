@@ -182,6 +182,7 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     df["scaling_efficiency"] = df["tokens_per_s_per_gpu"] / first
     if tokens is not None:
         add_budget_columns(df, tokens, df["gpus"].to_numpy(), hw, price_usd_per_gpu_hour, pue)
+    df["hardware"] = hw.name                     # rows stand alone in CSV and JSON (a renamed profile names its network)
     df.attrs.update(hardware=hw.name, tokens=tokens)
     return df
 

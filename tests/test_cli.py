@@ -181,6 +181,8 @@ def test_a_plan_on_your_own_node_network(capsys):
     same = json.loads(runner.invoke(app, args + ["--nics-per-node", "8", "--nic-gbit-per-s", "200"]).stdout)
     slow = json.loads(runner.invoke(app, args + ["--nics-per-node", "4", "--nic-gbit-per-s", "100"]).stdout)
     assert same["time_breakdown_s"] == base["time_breakdown_s"]
+    assert base["hardware"]["name"] == "a100-80gb"
+    assert slow["hardware"]["name"] == "a100-80gb on 4 x 100 Gb/s NICs per node"
     parts = slow["time_breakdown_s"]
     assert parts["dp_comm"] > base["time_breakdown_s"]["dp_comm"]
     assert {k: v for k, v in parts.items() if k != "dp_comm"} == {k: v for k, v in base["time_breakdown_s"].items()
@@ -191,6 +193,10 @@ def test_a_plan_on_your_own_node_network(capsys):
     sweep = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,16", "--hardware", "a100-80gb",
                                 "--nics-per-node", "4", "--nic-gbit-per-s", "100"])
     assert sweep.exit_code == 0 and "8b on a100-80gb on 4 x 100 Gb/s NICs per node" in sweep.stdout
+    csv = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,16", "--hardware", "a100-80gb",
+                              "--nics-per-node", "4", "--nic-gbit-per-s", "100", "--format", "csv"]).stdout.splitlines()
+    assert csv[0].endswith(",hardware") and all(r.endswith(",a100-80gb on 4 x 100 Gb/s NICs per node")
+                                                for r in csv[1:])
 
 
 def test_counts_of_one_are_singular(capsys):

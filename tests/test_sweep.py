@@ -246,7 +246,8 @@ def test_sweep_and_comparison_json_rows_are_configs():
     layout says only what is known."""
     doc = json.loads(runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8,512", "--format", "json"]).stdout)
     none, ok = doc["rows"]
-    assert none == {"gpus": 8, "status": "nothing fits in memory", "reason": none["reason"], "fits": False}
+    assert none == {"gpus": 8, "status": "nothing fits in memory", "reason": none["reason"], "fits": False,
+                    "hardware": "h100-sxm"}
     best = json.loads(runner.invoke(app, ["--model", "405b", "--gpus", "512", "--format", "json", "--top",
                                           "1"]).stdout)["configs"][0]
     assert {k: ok[k] for k in best} == best
