@@ -57,7 +57,7 @@ def test_the_speed_up_torch_compile_buys_in_torchtitan(gpus, measured):
     """torchtitan's H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: Llama 3.1 8B, FSDP,
     local batch 2 of 8,192 tokens, per-op checkpointing): torch.compile lifts tokens/s per GPU by 15.7% on 8 GPUs
     and 16.2% on 128. Fusing the eager element-wise kernels predicts 13.5%: within 3 points. (Their H100s are the
-    96 GB HBM2e variant, slower memory than the profile's, which widens the measured gap; only the ratio is used.)"""
+    96 GB HBM2e variant, which has no profile here: only the ratio is used.)"""
     kw = dict(hardware="h100-sxm", seq_len=8192, global_batch=2 * gpus, tp=1, cp=1, pp=1, dp=gpus, micro_batch=2,
               zero_stage=3, recompute="op")
     fused = planner.evaluate("8b", gpus, **kw).row["step_time_s"]
