@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 
 from planner.errors import PlannerError, flag_name
-from planner.flags import (NETWORK_FLAGS, Format, budget_options, check_export_path, check_paths, float_flag,
-                           int_flag, network_flags, on_network, output_format, parse_count, reject_unused,
-                           runtime_flags, usage_error_line)
+from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
+                           network_flags, on_network, output_format, parse_count, reject_unused, runtime_flags,
+                           usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -129,8 +129,6 @@ def plan(
     recompute_layers = int_flag(recompute_layers, "--recompute-layers")
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     network = network_flags(nics_per_node, nic_gbit_per_s)
-    if network is not None and "," in hardware:
-        raise PlannerError(NETWORK_FLAGS, "sets one profile's node network; not with several --hardware profiles")
     from planner import report
     from planner.evaluate import evaluate
     from planner.search import Pins, min_gpus_text, require_valid, run_search
@@ -141,7 +139,8 @@ def plan(
         recompute_code(recompute)
     pinned = tp is not None and pp is not None and dp is not None
     reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
-                  top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue})
+                  top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue},
+                  network=network)
     budget = budget_options(tokens, price, pue)
     if export is not None and export not in ("megatron", "torchtitan", "deepspeed"):
         raise PlannerError("--export", f"got {export!r}, expected one of megatron, torchtitan, deepspeed")

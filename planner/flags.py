@@ -117,9 +117,16 @@ def usage_error_line(exc) -> str:
     return f"usage: {message} (see plan --help)"
 
 
-def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict) -> None:
+NETWORK_FLAGS = "--nics-per-node/--nic-gbit-per-s"        # set together: named together in their errors
+
+
+def reject_unused(hardware: bool, pinned: bool, export, plot, sort: str, fmt, top, budget_flags: dict,
+                  network=None) -> None:
     """A flag the chosen mode would ignore is an error, not a silent no-op."""
     from planner.sweep import check_sort
+
+    if network is not None and hardware:
+        raise PlannerError(NETWORK_FLAGS, "sets one profile's node network; not with several --hardware profiles")
 
     if top is not None and (hardware or pinned or export is not None):
         mode = ("a hardware comparison shows one row per profile" if hardware else
@@ -173,8 +180,6 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise)
 
-
-NETWORK_FLAGS = "--nics-per-node/--nic-gbit-per-s"
 
 
 def network_flags(nics_per_node, nic_gbit_per_s):
