@@ -202,13 +202,13 @@ def on_network(hardware: str, network):
     so that every table and JSON record built on it says which cluster it describes."""
     from dataclasses import replace
 
-    from planner.specs.hardware import load_hardware
+    from planner.specs.hardware import gbit_to_bytes, load_hardware
 
     if network is None:
         return hardware
     n, gbit = network
     hw = load_hardware(hardware)
-    rate = gbit / 8 * 1e9                            # bytes/s
+    rate = gbit_to_bytes(gbit)
     if not math.isfinite(rate):                      # 1e308 Gb/s overflows
         raise PlannerError("--nic-gbit-per-s", f"got {gbit:g}, too large to be a rate; expected a NIC's rate "
                                               "in Gb/s")

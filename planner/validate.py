@@ -25,7 +25,7 @@ from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
-from planner.specs.hardware import GIB, RANGES, load_hardware
+from planner.specs.hardware import GIB, RANGES, bytes_to_gbit, gbit_to_bytes, load_hardware
 from planner.specs.model import ModelFile
 from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
                                     check_knobs)
@@ -82,8 +82,8 @@ class RunNetwork(_Strict):
     server (node; on GB200 a 4-GPU compute tray) and each NIC's rate per direction, as the source states them."""
 
     nics_per_node: int = Field(ge=1, le=1024)
-    nic_gbit_per_s: float = Field(gt=RANGES["inter_bw_bytes_per_s"][0] * 8 / 1e9,
-                                  lt=RANGES["inter_bw_bytes_per_s"][1] * 8 / 1e9)
+    nic_gbit_per_s: float = Field(gt=bytes_to_gbit(RANGES["inter_bw_bytes_per_s"][0]),
+                                  lt=bytes_to_gbit(RANGES["inter_bw_bytes_per_s"][1]))
     name: str = ""
 
     @property
@@ -383,7 +383,7 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     try:
         hw = load_hardware(hardware or run.hardware)
         if run.network is not None:
-            hw = hw.with_network(run.network.nics_per_node, run.network.nic_gbit_per_s * 1e9 / 8)
+            hw = hw.with_network(run.network.nics_per_node, gbit_to_bytes(run.network.nic_gbit_per_s))
         ev = evaluate(run.model.to_spec(), run.gpus, hardware=hw,
                       global_batch=run.model.global_batch,
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),

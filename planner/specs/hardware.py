@@ -20,6 +20,17 @@ from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
 
 GIB = 2**30
+
+
+def gbit_to_bytes(gbit_per_s: float) -> float:
+    """A network rate as quoted (Gb/s, decimal giga, bits) in SI bytes/s: the one place the edge converts it."""
+    return gbit_per_s * 1e9 / 8
+
+
+def bytes_to_gbit(bytes_per_s: float) -> float:
+    """SI bytes/s back to Gb/s for messages and file ranges (divides first: 1e300 Gb/s stays finite)."""
+    return bytes_per_s / 1e9 * 8
+
 TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a direct link per peer (MI300X)
 
 
@@ -28,7 +39,7 @@ TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a 
 # Physical ranges, SI (exclusive): the file schema states them in its own units and HardwareSpec checks a spec built
 # or changed in Python against the same ones (HBM typed in GiB where bytes are expected is an error either way).
 RANGES = {"peak_flops": (1e12, 1e17), "hbm_bytes": (2**30, 4096 * 2**30), "hbm_bw_bytes_per_s": (0.05e12, 100e12),
-          "tdp_w": (10, 10_000), "intra_bw_bytes_per_s": (0.1e9, 100e12), "inter_bw_bytes_per_s": (1e9 / 8, 100e12 / 8)}
+          "tdp_w": (10, 10_000), "intra_bw_bytes_per_s": (0.1e9, 100e12), "inter_bw_bytes_per_s": (gbit_to_bytes(1), gbit_to_bytes(100e3))}
 
 
 class _Strict(BaseModel):
@@ -69,7 +80,8 @@ class _Link(_Strict):
     bandwidth_gb_per_s_per_direction: float | None = Field(default=None, gt=RANGES["intra_bw_bytes_per_s"][0] / 1e9,
                                                            lt=RANGES["intra_bw_bytes_per_s"][1] / 1e9)
     bandwidth_gbit_per_s_per_gpu_per_direction: float | None = Field(
-        default=None, gt=RANGES["inter_bw_bytes_per_s"][0] * 8 / 1e9, lt=RANGES["inter_bw_bytes_per_s"][1] * 8 / 1e9)
+        default=None, gt=bytes_to_gbit(RANGES["inter_bw_bytes_per_s"][0]),
+        lt=bytes_to_gbit(RANGES["inter_bw_bytes_per_s"][1]))
     step_latency_us: float = Field(ge=0, lt=10_000)
     half_bandwidth_mb: float = Field(default=0.0, ge=0, lt=1e6)
 
@@ -258,8 +270,8 @@ class HardwareSpec:
         low, high = RANGES["inter_bw_bytes_per_s"]
         if not low < per_gpu < high:
             nics = f"{nics_per_node} NIC{'s' if nics_per_node != 1 else ''}"
-            def gbit(bytes_per_s):                  # divide first: 1e300 Gb/s must not print as inf
-                return f"{bytes_per_s / 1e9 * 8:g}"
+            def gbit(bytes_per_s):
+                return f"{bytes_to_gbit(bytes_per_s):g}"
 
             raise PlannerError(field, f"{nics} of {gbit(nic_bytes_per_s)} Gb/s for {self.alloc_gpus} GPUs per "
                                       f"server give {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
@@ -285,7 +297,7 @@ class HardwareSpec:
             gpus_per_node=f.node.gpus_per_node,
             gpus_per_host=f.node.gpus_per_host or 0,
             intra_bw_bytes_per_s=intra.bandwidth_gb_per_s_per_direction * 1e9,
-            inter_bw_bytes_per_s=inter.bandwidth_gbit_per_s_per_gpu_per_direction * 1e9 / 8,
+            inter_bw_bytes_per_s=gbit_to_bytes(inter.bandwidth_gbit_per_s_per_gpu_per_direction),
             intra_step_latency_s=intra.step_latency_us * 1e-6,
             inter_step_latency_s=inter.step_latency_us * 1e-6,
             collective_base_latency_s=f.node.collective_base_latency_us * 1e-6,
