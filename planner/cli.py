@@ -363,7 +363,7 @@ def validate_cmd(
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
-    from planner import report
+    from planner import report, validation_report
     from planner.validate import load_runs_file, predict_all, summarize
 
     fmt = output_format(fmt, output)
@@ -381,11 +381,11 @@ def validate_cmd(
         raise PlannerError("runs file", f"none of its runs can be predicted{example}")
     stats = summarize(preds)
     if fmt is Format.json:
-        _emit(report.json_text(report.validation_document(preds, stats, skipped)), output)
+        _emit(report.json_text(validation_report.validation_document(preds, stats, skipped)), output)
     elif fmt is Format.csv:
-        _emit(report.validation_csv(preds), output)
+        _emit(validation_report.validation_csv(preds), output)
     else:
-        report.print_validation(preds, stats, _out(), skipped)
+        validation_report.print_validation(preds, stats, _out(), skipped)
 
 
 def main(argv: list[str] | None = None) -> int:
