@@ -330,7 +330,7 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
         where = f"model file {path.name}"
         data = read_mapping(path, "--model")
         if path.suffix == ".json":
-            return from_hf_config(data, name=path.parent.name or path.stem, where=where).to_spec()
+            return from_hf_config(data, name=_hf_name(path), where=where).to_spec()
         return validate(ModelFile, data, where).to_spec()
     index = _presets()
     if text.lower() in index:
@@ -340,6 +340,17 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if _is_file(path):                           # a file by that name here: names only resolve to presets
         hint += f"; a file {text!r} exists here: give it as ./{text} (a path) or with a .yaml/.json name"
     raise PlannerError("--model", f"unknown model {text!r}{hint} (see `plan models`, or pass a YAML or config.json path)")
+
+
+def _hf_name(path: Path) -> str:
+    """A checkpoint's config.json is named after its directory (Meta-Llama-3-8B/config.json), resolved so that `.`
+    and a bare config.json give the real directory; any other JSON file after its own name."""
+    if path.name != "config.json":
+        return path.stem
+    try:
+        return path.resolve().parent.name or path.stem
+    except (OSError, RuntimeError):              # an unresolvable path (symlink loop): the name as given
+        return path.parent.name or path.stem
 
 
 def _is_file(path: Path) -> bool:

@@ -194,6 +194,16 @@ def test_hf_config_directory_loads(tmp_path):
     assert by_dir.name == "Llama-3.1-8B"
 
 
+def test_a_config_is_named_after_its_checkpoint_directory_other_json_after_itself(tmp_path, monkeypatch):
+    path = write_config(tmp_path, LLAMA_31_8B_CONFIG, dirname="Llama-3.1-8B")
+    monkeypatch.chdir(path.parent)
+    assert load_model("config.json").name == "Llama-3.1-8B"        # a bare config.json: the real directory
+    assert load_model(".").name == "Llama-3.1-8B"
+    renamed = tmp_path / "llama-3-8b.json"
+    renamed.write_text(path.read_text())
+    assert load_model(renamed).name == "llama-3-8b"               # not the folder it happens to sit in
+
+
 @pytest.mark.parametrize("cfg, drop", [
     (LLAMA_31_8B_CONFIG, "num_hidden_layers"),
     (LLAMA_31_8B_CONFIG, "vocab_size"),
