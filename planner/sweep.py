@@ -220,9 +220,9 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     rows, errors = [], []
     for hw in profiles:
         row, error = _best_row(m, gpus, hw, pins, search_kwargs)
-        row = {"hardware": hw.name, **row}
         if tokens is not None:
             add_budget_to_row(row, tokens, gpus, hw, price_usd_per_gpu_hour, pue)
+        row["hardware"] = hw.name                 # last, as in every CSV: sweep and comparison rows stack
         rows.append(row)
         errors.append(error)
     if not rows:

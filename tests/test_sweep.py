@@ -101,7 +101,14 @@ def test_plan_with_tokens_and_hardware_comparison_cli():
     assert res.exit_code == 0 and "mi300x" in res.output and "n/a" in res.output   # MI300X has no price
     res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "h100-sxm,b200", "--tokens", "1T",
                               "--price-per-gpu-hour", "2.5", "--sort", "cost", "--format", "csv"])
-    assert res.exit_code == 0 and res.stdout.startswith("hardware,")
+    assert res.exit_code == 0
+    compared = res.stdout.splitlines()
+    assert [line.rsplit(",", 1)[1] for line in compared[1:]] == ["b200", "h100-sxm"]     # cheapest first
+    swept = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "16", "--tokens", "1T", "--price-per-gpu-hour",
+                                "2.5", "--format", "csv"]).stdout.splitlines()
+    scaling = {"tokens_per_s_per_gpu", "scaling_efficiency"}                   # a sweep's own columns
+    assert compared[0].split(",") == [c for c in swept[0].split(",") if c not in scaling]
+    assert compared[0].endswith(",hardware")                                   # the two CSVs stack, hardware last
 
 
 # --- exit codes and reasons: a GPU count no layout can use is bad input (2); nothing fitting is 1 -------------------
