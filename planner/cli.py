@@ -138,7 +138,8 @@ def plan(
     if recompute is not None:
         recompute_code(recompute)
     pinned = tp is not None and pp is not None and dp is not None
-    reject_unused(hardware="," in hardware, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
+    names = parse_hardware_list(hardware) if "," in hardware else None    # a malformed list first: its own error
+    reject_unused(hardware=names is not None, pinned=pinned, export=export, plot=plot, sort=sort, fmt=fmt,
                   top=top, budget_flags={"--tokens": tokens, "--price-per-gpu-hour": price, "--pue": pue},
                   network=network)
     budget = budget_options(tokens, price, pue)
@@ -161,10 +162,9 @@ def plan(
     out = _out()
     top = 10 if top is None else top
 
-    if "," in hardware:
+    if names is not None:
         from planner.sweep import compare_hardware
 
-        names = parse_hardware_list(hardware)
         del common["hardware"]
         df = compare_hardware(model, gpus, names, sort=sort, pins=Pins(**pins), **budget, **common)
         _print_frame(df, f"{model} on {gpus} GPUs: best layout per hardware (sorted by {sort})", "hardware", fmt,

@@ -99,22 +99,24 @@ def usage_error_line(exc) -> str:
     """A typer/click usage error (unknown option, missing value, bad choice) as 'FLAG: message', one line."""
     message = " ".join(str(getattr(exc, "message", None) or exc).split()).removeprefix("Value error, ").rstrip(".")
     name, param = getattr(exc, "option_name", None), getattr(exc, "param", None)
+    ctx = getattr(exc, "ctx", None)                               # the (sub)command whose options were read
+    see = f"see plan {ctx.info_name} --help" if ctx is not None and ctx.parent is not None else "see plan --help"
     if name and hasattr(exc, "possibilities"):                    # NoSuchOption
         close = difflib.get_close_matches(name, list(exc.possibilities or []), n=3, cutoff=0.7)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return f"{name}: no such option{hint} (see plan --help)"
+        return f"{name}: no such option{hint} ({see})"
     if name:                                                      # BadOptionUsage: "Option '--gpus' requires ..."
         return f"{name}: " + message.replace(f"Option '{name}' ", "")
     if param is not None:
         opts = [o for o in getattr(param, "opts", None) or [] if o.startswith("--")]
         flag = opts[0] if opts else str(getattr(param, "name", "argument")).upper()
         if not message or type(exc).__name__ == "MissingParameter":
-            return f"{flag}: required (see plan --help)"
+            return f"{flag}: required ({see})"
         choice = re.fullmatch(r"'(.*)' is not one of (.*)", message)
         if choice:
             return f"{flag}: got {choice.group(1)!r}, expected one of {choice.group(2).replace(chr(39), '')}"
         return f"{flag}: {message}"
-    return f"usage: {message} (see plan --help)"
+    return f"usage: {message} ({see})"
 
 
 NETWORK_FLAGS = "--nics-per-node/--nic-gbit-per-s"        # set together: named together in their errors

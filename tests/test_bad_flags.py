@@ -121,6 +121,9 @@ CLI_CASES = [
     ("unknown-option", M405 + ["--gpus", "512", "--bogus"], ["error: --bogus: no such option", "plan --help"]),
     ("unknown-option-near-miss", M405 + ["--gpus", "512", "--gpu", "8"], ["error: --gpu: no such option",
                                                                            "did you mean --gpus"]),
+    ("sweep-option-of-plan", ["sweep", "--model", "8b", "--gpus", "8", "--dp", "2"],
+     ["error: --dp: no such option", "(see plan sweep --help)"]),             # plan takes --dp; the sweep derives it
+    ("validate-extra-argument", ["validate", "a.yaml", "b.yaml"], ["(see plan validate --help)"]),
     ("option-without-value", M405 + ["--gpus"], ["error: --gpus: requires an argument"]),
     ("switch-with-value", M405 + ["--gpus", "512", "--sequence-parallel=3"],
      ["error: --sequence-parallel: does not take a value"]),
@@ -140,6 +143,8 @@ CLI_CASES = [
      ["error: --hardware:", "'h100-sxm,'", "none empty"]),
     ("hardware-empty-middle", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,,b200"],
      ["error: --hardware:", "none empty"]),
+    ("hardware-malformed-before-mode-flags", ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,", "--top", "1"],
+     ["error: --hardware:", "none empty"]),                   # not "--top: ... a comparison", which it is not
     ("sweep-range-past-the-limit", ["sweep", "--model", "8b", "--gpus", "1..1000000000"],
      ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
     ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
