@@ -83,6 +83,12 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=No
     None: budget.DEFAULT_PUE."""
     pue = budget.DEFAULT_PUE if pue is None else pue
     check_budget(tokens, price_usd_per_gpu_hour, pue)
+    if "step_time_s" in df:                       # a budget under one optimizer step is a slip (15 for 15T)
+        per_step = np.rint((df["tokens_per_s"] * df["step_time_s"]).to_numpy(dtype=float))
+        per_step = per_step[np.isfinite(per_step)]
+        if per_step.size and tokens < per_step.max():
+            raise PlannerError("--tokens", f"got {tokens:,.0f}, fewer than one step's {per_step.max():,.0f} tokens "
+                                           "(global batch x sequence length); expected a training budget, e.g. 15T")
     price, provider = price_and_provider(hw, price_usd_per_gpu_hour)
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
     hours = budget.gpu_hours(gpus, seconds)
@@ -108,8 +114,8 @@ def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, 
     """add_budget_columns for one layout given as a dict (in place; returns row)."""
     import pandas as pd
 
-    part = add_budget_columns(pd.DataFrame({"tokens_per_s": [row["tokens_per_s"]]}), tokens, gpus, hw,
-                              price_usd_per_gpu_hour, pue)
+    part = add_budget_columns(pd.DataFrame({k: [row[k]] for k in ("tokens_per_s", "step_time_s") if k in row}),
+                              tokens, gpus, hw, price_usd_per_gpu_hour, pue)
     row.update(part.iloc[0].to_dict())
     return row
 

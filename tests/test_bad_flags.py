@@ -121,6 +121,8 @@ CLI_CASES = [
     ("unknown-option", M405 + ["--gpus", "512", "--bogus"], ["error: --bogus: no such option", "plan --help"]),
     ("unknown-option-near-miss", M405 + ["--gpus", "512", "--gpu", "8"], ["error: --gpu: no such option",
                                                                            "did you mean --gpus"]),
+    ("tokens-under-one-step", M405 + ["--gpus", "512", "--tokens", "15"],
+     ["error: --tokens:", "got 15, fewer than one step's 16,777,216 tokens", "e.g. 15T"]),
     ("sweep-option-of-plan", ["sweep", "--model", "8b", "--gpus", "8", "--dp", "2"],
      ["error: --dp: no such option", "(see plan sweep --help)"]),             # plan takes --dp; the sweep derives it
     ("validate-extra-argument", ["validate", "a.yaml", "b.yaml"], ["(see plan validate --help)"]),

@@ -302,3 +302,16 @@ def test_search_and_evaluate_take_a_token_budget_as_plan_does():
     assert np.allclose(df["gpu_hours"], 64 * df["time_to_train_days"] * 24, rtol=1e-12)
     with pytest.raises(planner.PlannerError, match="^pue: only applies to a token budget"):
         planner.search("8b", 64, pue=1.3)
+
+
+def test_a_budget_under_one_step_is_refused_in_the_library_too():
+    """15 tokens where 15T was meant: every entry point that prices a budget says so, naming one step's tokens."""
+    import planner
+
+    for call in (lambda: planner.search("8b", 8, tokens=15),
+                 lambda: planner.evaluate("8b", 8, tp=1, pp=1, dp=8, tokens=15),
+                 lambda: planner.sweep("8b", "8,16", tokens=15)):
+        with pytest.raises(PlannerError, match="fewer than one step's 16,777,216 tokens"):
+            call()
+    assert planner.search("8b", 8, tokens=16 * 2**20)["time_to_train_days"].notna().all()     # exactly one step
+
