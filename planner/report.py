@@ -241,6 +241,8 @@ def _bar(value: float, whole: float) -> str:
 def _money(x) -> str:
     if x != x:  # NaN: no price
         return "n/a"
+    if x >= 999.995e12:                            # past $T a suffix stops helping: $1.34e+23, not $133784390694.64T
+        return f"${x:.3g}"
     return "$" + _scaled(x, ((1.0, "", 0), (1e3, "k", 0), (1e6, "M", 2), (1e9, "B", 2), (1e12, "T", 2)))
 
 

@@ -117,6 +117,8 @@ HW_CASES = [
     ("zero-peak", "bf16: 989.4", "bf16: 0", ["gpu.peak_tflops_dense.bf16", "0"]),
     # YAML 1.1 reads 1e3 (no dot, no sign) as text: the message says so and how to write it
     ("exponent-read-as-text", "bf16: 989.4", "bf16: 1e3", ["gpu.peak_tflops_dense.bf16", "'1e3'", "1.0e+03"]),
+    ("quoted-number", "bf16: 989.4", 'bf16: "989.4"', ["gpu.peak_tflops_dense.bf16", "write it without quotes, 989.4"]),
+    ("quoted-integer", "tdp_w: 700", "tdp_w: '700'", ["gpu.tdp_w", "without quotes, 700"]),
     ("memory-in-bytes", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: 85899345920",
      ["gpu.hbm_capacity_gib", "85899345920"]),
     ("peak-in-flops", "bf16: 989.4", "bf16: 9.894e14", ["gpu.peak_tflops_dense.bf16", "9.894e14"]),

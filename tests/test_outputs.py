@@ -197,8 +197,9 @@ def test_token_and_money_units_scale():
     from planner.report import _binary_count, _money
 
     assert [_binary_count(n) for n in (512, 24_576, 16 * 2**20, 3 * 2**30)] == ["512", "24.00Ki", "16.00Mi", "3.00Gi"]
-    assert [_money(x) for x in (950, 12_000, 2.5e6, 1.1175e12, 3e15)] == ["$950", "$12k", "$2.50M", "$1.12T", "$3000.00T"]
-    assert [_money(x) for x in (999.6, 999_600, 999_996_000)] == ["$1k", "$1.00M", "$1.00B"]   # no "$1000k"
+    assert [_money(x) for x in (950, 12_000, 2.5e6, 1.1175e12, 3e15, 1.3378e23)] == \
+        ["$950", "$12k", "$2.50M", "$1.12T", "$3e+15", "$1.34e+23"]                   # past $T: no suffix helps
+    assert [_money(x) for x in (999.6, 999_600, 999_996_000, 999.996e12)] == ["$1k", "$1.00M", "$1.00B", "$1e+15"]
     assert _binary_count(1_048_575) == "1.00Mi"
 
 

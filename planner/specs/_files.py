@@ -174,8 +174,12 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
                 shown = f"a {type(got).__name__} ({shown[:60]}...)"
             msg = f"{err['msg']}, got {shown}"
             if err["type"].startswith("float") and isinstance(got, str) and _reads_as_number(got):
-                # YAML 1.1 takes 1e9 (no dot, no sign) for text; a float field reads 1.0e+09
-                msg += f" (text in YAML: write {got!r} as a plain number, e.g. {float(got):.1e} with a dot and a sign)"
+                unquoted = yaml.safe_load(got)
+                if isinstance(unquoted, (int, float)) and not isinstance(unquoted, bool):   # so it was quoted
+                    msg += f" (text: write it without quotes, {got.strip()})"
+                else:                    # YAML 1.1 takes 1e9 (no dot, no sign) for text; a float field reads 1.0e+09
+                    msg += (f" (text in YAML: write {got!r} as a plain number, e.g. {float(got):.1e} with a dot and "
+                            "a sign)")
         raise PlannerError(f"{where}: {loc}" if loc else where, msg) from None
 
 

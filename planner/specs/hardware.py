@@ -274,7 +274,7 @@ class HardwareSpec:
                 return f"{bytes_to_gbit(bytes_per_s):g}"
 
             raise PlannerError(field, f"{nics} of {gbit(nic_bytes_per_s)} Gb/s for {self.alloc_gpus} GPUs per "
-                                      f"server give {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
+                                      f"server give{'s' if nics_per_node == 1 else ''} {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
                                       f"and less than {gbit(high)}")
         return replace(self, inter_bw_bytes_per_s=per_gpu)
 

@@ -261,6 +261,6 @@ def test_a_bad_network_names_the_argument(nics, rate, field):
 
 def test_a_network_outside_the_physical_range_says_so_per_gpu():
     """Each number may be plausible and the share per GPU not: 1 NIC of 2 Gb/s for 8 GPUs is 0.25 Gb/s each."""
-    with pytest.raises(PlannerError, match=r"network.*1 NIC of 2 Gb/s for 8 GPUs per server give 0.25 Gb/s per "
+    with pytest.raises(PlannerError, match=r"network.*1 NIC of 2 Gb/s for 8 GPUs per server gives 0.25 Gb/s per "
                                            r"GPU, expected more than 1 and less than 100000"):
         load_hardware("a100-80gb").with_network(1, 2e9 / 8)
