@@ -102,6 +102,17 @@ def test_models_and_hardware_lists():
         assert name in res.output
 
 
+def test_the_hardware_list_shows_each_profiles_aliases_and_each_alias_loads_it():
+    from planner.specs.hardware import hardware_aliases, load_hardware
+
+    aliases = hardware_aliases()
+    assert "h100" in aliases["h100-sxm"] and "a100" in aliases["a100-80gb"]
+    for name, others in aliases.items():
+        assert name not in others and all(load_hardware(a).name == name for a in others)
+    res = runner.invoke(app, ["hardware"], terminal_width=250)
+    assert res.exit_code == 0 and "aliases" in res.output and "h100-80gb, dgx-h100" in res.output
+
+
 def test_python_dash_m_planner():
     res = subprocess.run([sys.executable, "-m", "planner", "--model", "8b", "--gpus", "8", "--format", "json",
                           "--top", "1"], capture_output=True, text=True, timeout=120)

@@ -345,6 +345,15 @@ def _bundled() -> dict[str, Path]:
     return index
 
 
+def hardware_aliases() -> dict[str, list[str]]:
+    """Each bundled profile's name -> the other names --hardware takes for it (as `plan models` lists a preset's)."""
+    by_path: dict[Path, list[str]] = {}
+    for key, path in _bundled().items():
+        by_path.setdefault(path, []).append(key)
+    return {load_hardware_file(path).name: [k for k in keys if k != load_hardware_file(path).name.lower()]
+            for path, keys in by_path.items()}
+
+
 def list_hardware() -> list[HardwareSpec]:
     """All bundled profiles, one per file."""
     return [load_hardware_file(p) for p in sorted(set(_bundled().values()))]
