@@ -140,8 +140,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     m, hw, job = result.model, result.hardware, result.job
     shown = len(result.table) if len(result.table) else len(result.closest)
     if top > MAX_TABLE_ROWS and shown > MAX_TABLE_ROWS:
-        err.print(f"Showing the first {MAX_TABLE_ROWS:,} of {shown:,} layouts; --format csv or json gives all --top "
-                  "rows.")
+        of = f"{shown:,} layouts" if top >= shown else f"the {top:,} rows asked for ({shown:,} layouts ranked)"
+        err.print(f"Showing the first {MAX_TABLE_ROWS:,} of {of}; --format csv or json gives all "
+                  f"{min(top, shown):,}.")
     top = min(top, MAX_TABLE_ROWS)
     cap = result.capacity_bytes / 2**30
     head = (f"{m.name} ({_fmt_params(total_params(m))} params) on {job.gpus} x {hw.name}; seq {job.seq_len}, "
