@@ -54,14 +54,16 @@ def config_record(row) -> dict:
 
 
 def _context(result: SearchResult) -> dict:
-    """What a record was priced on: the model and the hardware as this job is placed (a renamed profile names its
-    network)."""
+    """What a record was priced on: the model, the hardware as this job is placed (a renamed profile names its
+    network), the job's GPUs and sequence length, and the memory limit, so that a record can be checked alone."""
     return {"model": {"name": result.model.name, "params": total_params(result.model)},
-            "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node}}
+            "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
+            "gpus": result.job.gpus, "seq_len": result.job.seq_len,
+            "memory_capacity_gib": result.capacity_bytes / 2**30}
 
 
 def pinned_record(ev) -> dict:
-    """A pinned layout's JSON: its config, headed by the model and hardware as in a search."""
+    """A pinned layout's JSON: its config, headed by the job's context as in a search."""
     return {**_context(ev.result), **config_record(ev.row)}
 
 
@@ -70,10 +72,7 @@ def result_document(result: SearchResult, top: int) -> dict:
     table = result.table.head(top)
     doc = {
         **_context(result),
-        "gpus": result.job.gpus,
-        "seq_len": result.job.seq_len,
         "global_batch": result.job.global_batch,
-        "memory_capacity_gib": result.capacity_bytes / 2**30,
         "considered": result.considered,
         "rejected": dict(result.rejected),
         "configs": [config_record(r) for _, r in table.iterrows()],

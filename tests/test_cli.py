@@ -184,6 +184,18 @@ def test_flash_attention_generation_flag(capsys):
                     "--flash-attention-gen", "with FlashAttention off")
 
 
+def test_a_pinned_json_record_can_be_checked_alone():
+    """It carries what its numbers were derived from: tokens/s from its batch, sequence and step, the GPU count from
+    its layout, its memory against the limit."""
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "16", "--tp", "2", "--pp", "2", "--dp", "4", "--seq-len",
+                              "4096", "--format", "json"])
+    rec = json.loads(res.stdout)
+    assert res.exit_code == 0 and (rec["gpus"], rec["seq_len"]) == (16, 4096)
+    assert rec["tp"] * rec["cp"] * rec["pp"] * rec["dp"] == rec["gpus"]
+    assert rec["tokens_per_s"] == pytest.approx(rec["global_batch"] * rec["seq_len"] / rec["step_time_s"], rel=1e-9)
+    assert rec["fits"] == (rec["memory_gib"] <= rec["memory_capacity_gib"])
+
+
 def test_a_plan_on_your_own_node_network(capsys):
     """--nics-per-node/--nic-gbit-per-s price the profile's GPUs on another network (HardwareSpec.with_network):
     the profile's own (DGX A100: 8 HDR NICs of 200 Gb/s) changes nothing, a quarter of it (4 x 100 Gb/s, as on
