@@ -341,12 +341,13 @@ def hardware_cmd():
 
     aliases = hardware_aliases()
     t = Table(header_style="bold")
-    for col in ("name", "aliases", "description", "16-bit TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s", "NIC GB/s",
-                "$/GPU-h"):
+    for col in ("name", "aliases", "description", "16-bit TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s",
+                "NIC GB/s", "$/GPU-h"):
         t.add_column(col, justify="left" if col in ("name", "aliases", "description") else "right")
     for h in list_hardware():
         price = f"{h.price_usd_per_gpu_hour:.2f} {h.price_provider}" if h.price_usd_per_gpu_hour else "n/a"
-        t.add_row(h.name, ", ".join(aliases.get(h.name, [])), h.description, f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
+        t.add_row(h.name, ", ".join(aliases.get(h.name, [])), h.description,
+                  f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
                   f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
                   f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)
     _out().print(t)
