@@ -20,6 +20,7 @@ from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
 
 GIB = 2**30
+TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a direct link per peer (MI300X)
 
 
 def gbit_to_bytes(gbit_per_s: float) -> float:
@@ -31,15 +32,14 @@ def bytes_to_gbit(bytes_per_s: float) -> float:
     """SI bytes/s back to Gb/s for messages and file ranges (divides first: 1e300 Gb/s stays finite)."""
     return bytes_per_s / 1e9 * 8
 
-TOPOLOGIES = ("switch", "mesh")          # a node's fabric: NVSwitch-like, or a direct link per peer (MI300X)
-
 
 # --- file schema (edge: human units) -------------------------------------------------------------------------------
 
 # Physical ranges, SI (exclusive): the file schema states them in its own units and HardwareSpec checks a spec built
 # or changed in Python against the same ones (HBM typed in GiB where bytes are expected is an error either way).
 RANGES = {"peak_flops": (1e12, 1e17), "hbm_bytes": (2**30, 4096 * 2**30), "hbm_bw_bytes_per_s": (0.05e12, 100e12),
-          "tdp_w": (10, 10_000), "intra_bw_bytes_per_s": (0.1e9, 100e12), "inter_bw_bytes_per_s": (gbit_to_bytes(1), gbit_to_bytes(100e3))}
+          "tdp_w": (10, 10_000), "intra_bw_bytes_per_s": (0.1e9, 100e12),
+          "inter_bw_bytes_per_s": (gbit_to_bytes(1), gbit_to_bytes(100e3))}
 
 
 class _Strict(BaseModel):
@@ -273,8 +273,9 @@ class HardwareSpec:
             def gbit(bytes_per_s):
                 return f"{bytes_to_gbit(bytes_per_s):g}"
 
+            give = "gives" if nics_per_node == 1 else "give"
             raise PlannerError(field, f"{nics} of {gbit(nic_bytes_per_s)} Gb/s for {self.alloc_gpus} GPUs per "
-                                      f"server give{'s' if nics_per_node == 1 else ''} {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
+                                      f"server {give} {gbit(per_gpu)} Gb/s per GPU, expected more than {gbit(low)} "
                                       f"and less than {gbit(high)}")
         return replace(self, inter_bw_bytes_per_s=per_gpu)
 
@@ -350,8 +351,8 @@ def hardware_aliases() -> dict[str, list[str]]:
     by_path: dict[Path, list[str]] = {}
     for key, path in _bundled().items():
         by_path.setdefault(path, []).append(key)
-    return {load_hardware_file(path).name: [k for k in keys if k != load_hardware_file(path).name.lower()]
-            for path, keys in by_path.items()}
+    names = {path: load_hardware_file(path).name for path in by_path}
+    return {names[path]: [k for k in keys if k != names[path].lower()] for path, keys in by_path.items()}
 
 
 def list_hardware() -> list[HardwareSpec]:
