@@ -69,10 +69,12 @@ def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
             return "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only"
         if vpp > 1:
             return "DeepSpeed's pipeline engine has no interleaved schedule"
-        if zero == 0 and not _fp16(dtype) and int(row["dp"]) * int(row.get("cp", 1)) > 1:
-            # engine.py: bf16 without ZeRO wraps the optimizer in BF16_Optimizer, which partitions the fp32 master
-            # weights and Adam states over the data-parallel group: ZeRO-1's memory and traffic, not ZeRO-0's
-            return "DeepSpeed's bf16 without ZeRO (BF16_Optimizer) shards the optimizer state over DP like ZeRO-1"
+        if zero == 0 and not _fp16(dtype) and pp > 1 and int(row["dp"]) > 1:
+            # engine.py _do_optimizer_sanity_check: the pipeline engine's bf16 without ZeRO is BF16_Optimizer, which
+            # partitions the fp32 master weights and Adam states over DP: ZeRO-1's memory and traffic, not ZeRO-0's.
+            # (Without PP, DeepSpeed >= 0.17.6 runs it unsharded as DDP_BFLOAT16: deepspeed_config notes that.)
+            return ("DeepSpeed's pipeline engine runs bf16 without ZeRO through BF16_Optimizer, which shards the "
+                    "optimizer state over DP like ZeRO-1")
     if framework == "torchtitan":
         if int(row.get("cp", 1)) > 1 and zero == 0:
             return "torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1"
@@ -238,7 +240,10 @@ def _fp16(dtype: str) -> bool:
 
 
 def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: Runtime = Runtime()) -> str:
-    """A torchtitan job-config fragment ([parallelism], [activation_checkpoint], [training]); bf16 only."""
+    """A torchtitan 0.2.x job-config fragment ([parallelism], [activation_checkpoint], [training]); bf16 only.
+    torchtitan 0.3 replaced TOML job files with Python config_registry entries and --section.key overrides (its
+    activation checkpointing became FullAC/SelectiveAC configs, without every-N-th-layer checkpointing), so the
+    header says which release the keys are for."""
     if _fp16(dtype):
         raise _no_torchtitan_fp16("this GPU")
     tp, cp, pp, dp, v, zero = (int(row[k]) for k in ("tp", "cp", "pp", "dp", "vpp", "zero_stage"))
@@ -265,7 +270,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
                      "--eager-elementwise to price torchtitan without it)")
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("# the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap): torchtitan's "
-                     "nearest is [parallelism] enable_async_tensor_parallel = true, with [compile] enabled")
+                     "nearest is [parallelism] enable_async_tensor_parallel = true, with [compile] enable = true")
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {tp}",
              f"pipeline_parallel_degree = {pp}"] + ([f"context_parallel_degree = {cp}"] if cp > 1 else [])
@@ -316,7 +321,10 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
     if pp == 1 and job.global_batch > micro * dp:
         notes.append(f"# gradient accumulation: {job.global_batch // (micro * dp)} micro-batches of {micro} per step")
     plan = plan_line(row)
-    return "\n".join(([f"# torchtitan: {plan}"] if plan else []) + notes + lines) + "\n"
+    head = ["# torchtitan 0.2.x job config (TOML, torchtitan/config/job_config.py): merge into your model's train "
+            "config, whose [model] (name, flavor, tokenizer) and [optimizer] stay yours; torchtitan 0.3 takes "
+            "Python config_registry entries and --section.key overrides instead"]
+    return "\n".join(head + ([f"# torchtitan: {plan}"] if plan else []) + notes + lines) + "\n"
 
 
 def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
@@ -339,6 +347,10 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
                                           "accumulation x DP") if n]
     if fp16:
         notes.append("fp16 mixed precision with dynamic loss scaling (loss_scale 0): this GPU has no bf16")
+    elif zero == 0 and dp > 1:
+        notes.append("bf16 without ZeRO needs DeepSpeed >= 0.17.6 (DDP_BFLOAT16; earlier releases refuse it): it "
+                     "accumulates and all-reduces bf16 gradients where the plan priced fp32 ones, so expect less "
+                     "gradient memory and DP traffic than planned")
     if tp > 1:
         notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "
                      f"--tensor-model-parallel-size {tp}), not from this JSON")

@@ -151,14 +151,27 @@ def test_megatron_export_carries_the_model_and_the_plan():
     assert "--swiglu" not in text and "--disable-bias-linear" not in text
 
 
-def test_deepspeed_bf16_without_zero_is_not_exported_as_zero_0():
-    """DeepSpeed's bf16 without ZeRO runs BF16_Optimizer, which shards the optimizer state over DP: a priced
-    ZeRO-0 layout would not be what runs."""
+def test_deepspeed_bf16_without_zero_is_zero_0_only_without_pp():
+    """DeepSpeed's pipeline engine runs bf16 without ZeRO through BF16_Optimizer, which shards the optimizer state over
+    DP: a priced ZeRO-0 pipeline would not be what runs. Without PP, DeepSpeed >= 0.17.6 keeps it unsharded
+    (DDP_BFLOAT16, engine.py _do_optimizer_sanity_check), so it is exported with a note on its bf16 gradients."""
     from planner.export import unsupported
 
     row = _best("8b", 64, tp=2, pp=4, dp=8, zero_stage=0, vpp=1).row
     assert "BF16_Optimizer" in unsupported("deepspeed", row, "bf16")
     assert unsupported("deepspeed", row, "fp16") is None            # FP16_Optimizer keeps it whole
+    ev = _best("8b", 64, tp=2, pp=1, dp=32, zero_stage=0)
+    assert unsupported("deepspeed", ev.row, "bf16") is None
+    text, notes = export("deepspeed", ev.row, ev.result.model, ev.result.job)
+    assert json.loads(text)["zero_optimization"]["stage"] == 0
+    assert any("DeepSpeed >= 0.17.6" in n and "bf16 gradients" in n for n in notes)
+
+
+def test_the_torchtitan_export_names_the_release_its_keys_belong_to():
+    """torchtitan 0.3 dropped TOML job files; the fragment says it is 0.2.x's and that [model] stays the user's."""
+    ev = _best("8b", 8, tp=1, pp=1, dp=8, zero_stage=3)
+    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
+    assert text.startswith("# torchtitan 0.2.x job config") and "[model]" in text.splitlines()[0]
 
 
 def test_export_files_and_reports_keep_to_their_streams(tmp_path):
