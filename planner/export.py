@@ -84,7 +84,8 @@ def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
         if zero == 1:
             return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
         if tp > 1 and not row["sequence_parallel"]:
-            return "torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds enable_sequence_parallel)"
+            return ("torchtitan 0.2.x's tensor parallelism always shards the sequence "
+                    "(0.3 adds enable_sequence_parallel)")
     return None
 
 
