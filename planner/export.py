@@ -342,6 +342,10 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         "zero_optimization": {"stage": zero, "overlap_comm": True, "contiguous_gradients": True},
         "gradient_clipping": 1.0,
     }
+    if zero == 1 and not fp16:
+        # The plan prices fp32 main gradients; DeepSpeed accumulates in the model's bf16 unless told, and with fp32
+        # accumulation runs ZeRO-1 as BF16_Optimizer (engine.py _do_optimizer_sanity_check), the same sharding.
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     if row["recompute"] != "none":
         cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
     notes = [n for n in (plan_line(row), f"data-parallel size {dp}: train_batch_size = micro-batch x gradient "

@@ -167,6 +167,15 @@ def test_deepspeed_bf16_without_zero_is_zero_0_only_without_pp():
     assert any("DeepSpeed >= 0.17.6" in n and "bf16 gradients" in n for n in notes)
 
 
+def test_deepspeed_zero_1_accumulates_fp32_gradients_as_priced():
+    """The plan prices fp32 main gradients; DeepSpeed accumulates in bf16 unless data_types says fp32, which for
+    ZeRO-1 selects BF16_Optimizer (the same sharding). ZeRO-2/3 keep their own gradient partitions: not set."""
+    for zero, expected in ((1, {"grad_accum_dtype": "fp32"}), (2, None)):
+        ev = _best("8b", 64, tp=2, pp=1, dp=32, zero_stage=zero)
+        text, _ = export("deepspeed", ev.row, ev.result.model, ev.result.job)
+        assert json.loads(text).get("data_types") == expected
+
+
 def test_the_torchtitan_export_names_the_release_its_keys_belong_to():
     """torchtitan 0.3 dropped TOML job files; the fragment says it is 0.2.x's and that [model] stays the user's."""
     ev = _best("8b", 8, tp=1, pp=1, dp=8, zero_stage=3)
