@@ -26,7 +26,7 @@ from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
 from planner.specs.hardware import GIB, RANGES, bytes_to_gbit, gbit_to_bytes, load_hardware
-from planner.specs.model import ModelFile
+from planner.specs.model import ModelFile, preset_file
 from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
                                     check_knobs)
 
@@ -135,6 +135,24 @@ class ValidationRun(_Strict):
     other_reported: dict = {}
     assumptions: dict = {}
     notes: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_model(cls, data):
+        """`model: {preset: llama-3.1-8b, global_batch: 64}`: a bundled preset's architecture under the run's own
+        fields (a batch given either way replaces the preset's)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if not (isinstance(model, dict) and "preset" in model):
+            return data
+        fields = dict(model)
+        name = fields.pop("preset")
+        base = preset_file(name) if isinstance(name, str) else None
+        if base is None:
+            raise ValueError(f"model.preset: got {name!r}, expected a preset name or alias (see `plan models`)")
+        merged = base.model_dump(exclude_defaults=True)
+        if {"global_batch", "global_batch_tokens"} & fields.keys():
+            merged.pop("global_batch", None), merged.pop("global_batch_tokens", None)
+        return {**data, "model": {**merged, **fields}}
 
     @model_validator(mode="after")
     def _complete(self) -> "ValidationRun":

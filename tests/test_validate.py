@@ -150,6 +150,22 @@ def test_validate_users_own_file(tmp_path):
     assert table.exit_code == 0 and "nan" not in table.stdout.lower()
 
 
+def test_a_users_run_may_name_a_preset_for_its_model(tmp_path, capsys):
+    """`model: {preset: 8b, global_batch: 64}` is the preset's architecture under the run's own fields: torchtitan's
+    Llama 3 8B run written that way predicts exactly what its spelled-out model does; an unknown preset is one line."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "torchtitan_a100_00")
+    spelled = predict(load_runs_file(BUNDLED_RUNS).runs[[r["id"] for r in data["runs"]].index(run["id"])])
+    run["model"] = {"preset": "8b", "name": run["model"]["name"], "seq_len": 8192, "global_batch": 64}
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    by_preset = predict(load_runs_file(path).runs[0])
+    assert by_preset.predicted_step_s == spelled.predicted_step_s and by_preset.error is None
+    run["model"]["preset"] = "9b"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    assert_mentions(bad_line(capsys, "validate", str(path)), "model.preset", "'9b'", "plan models")
+
+
 def _no_json_constants(name):
     raise ValueError(f"non-standard JSON constant {name}")
 

@@ -299,6 +299,11 @@ def _presets() -> dict[str, ModelFile]:
     return index
 
 
+def preset_file(name: str) -> ModelFile | None:
+    """The bundled preset a name or alias (case-insensitive) refers to, as its validated file; None if none does."""
+    return _presets().get(str(name).strip().lower())
+
+
 def list_models() -> list[ModelFile]:
     seen, out = set(), []
     for mf in _presets().values():
