@@ -52,7 +52,8 @@ from planner.shared_fields import (
 # Profiles by GPU name, most specific first.
 _HARDWARE = ((r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
              (r"mi300x", "mi300x"), (r"a100.*40\s*g", "a100-40gb"), (r"a100.*80\s*g", "a100-80gb"),
-             (r"a100", "a100-40gb"), (r"v100", "v100-sxm"))
+             (r"a100", "a100"), (r"v100", "v100-sxm"))
+A100_80GB_SINCE = 2021      # the A100 80GB was announced in November 2020: an earlier A100 without a size had 40 GB
 _NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)", r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
                r"gh200": "GH200 (Grace Hopper superchip; no profile)",
                r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)"}
@@ -132,13 +133,18 @@ def _year(run: dict) -> int | None:
     return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
 
 
-def _hardware(run: dict) -> str:
+def _hardware(run: dict, year: int | None) -> str:
+    """The profile a GPU name means. An A100 of unstated memory is the 40 GB part before 2021 (the only one there
+    was) and the 80 GB part after, as it is in most published large runs (a wrong 40 GB would also predict false
+    out-of-memory); a source of unknown year counts as current."""
     gpu = text_of(run.get("gpu"))
     for pattern, reason in _NO_PROFILE.items():
         if re.search(pattern, gpu):
             raise Skip(reason)
     for pattern, profile in _HARDWARE:
         if re.search(pattern, gpu):
+            if profile == "a100":
+                return "a100-40gb" if year is not None and year < A100_80GB_SINCE else "a100-80gb"
             return profile
     raise Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
 
@@ -363,8 +369,10 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
             raise Skip("GPU count not stated")
         year = _year(run)
         notes: dict[str, str] = {}
-        hardware = _hardware(run)
+        hardware = _hardware(run, year)
         notes["hardware"] = f"{run.get('gpu')!r} -> {hardware}"
+        if hardware.startswith("a100") and not re.search(r"a100.*[48]0\s*g", text_of(run.get("gpu"))):
+            notes["hardware"] += f" (memory not stated: the A100 of {year or 'today, the source has no year'})"
         model = _architecture(run, year, notes)
         batch = run.get("global_batch")
         if batch is None and run.get("global_batch_tokens"):

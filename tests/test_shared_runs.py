@@ -91,13 +91,27 @@ def test_the_shared_file_meets_the_median_target(shared):
 
 @pytest.mark.parametrize("gpu, profile", [
     ("A100-SXM4-80GB (Selene)", "a100-80gb"), ("A100 40GB", "a100-40gb"),
-    ("A100 (DGX-A100, memory size not stated)", "a100-40gb"), ("H100 (SXM, variant not stated)", "h100-sxm"),
+    ("H100 (SXM, variant not stated)", "h100-sxm"),
     ("H200 SXM 141GB", "h200-sxm"), ("B200", "b200"), ("GB200 NVL72", "gb200"), ("V100 (DGX-2)", "v100-sxm"),
     ("MI300X", "mi300x"),
 ])
 def test_gpu_names_pick_the_profile(gpu, profile):
     converted, why = convert_run(_run(gpu=gpu, num_gpus=128, pp=16, tp=8))
     assert why is None and converted["hardware"] == profile
+
+
+@pytest.mark.parametrize("source, framework, profile", [
+    ("Megatron-LM README (Sept 2020)", "Megatron-LM", "a100-40gb"),       # before the 80 GB part existed
+    ("a 2022 paper", "Megatron-LM", "a100-80gb"),
+    ("s", "", "a100-80gb"),                                               # no year: today's A100
+])
+def test_an_a100_of_unstated_memory_is_the_part_of_its_year(source, framework, profile):
+    converted, why = convert_run(_run(gpu="A100 (DGX-A100, memory size not stated)", source=source,
+                                      framework=framework, num_gpus=128, pp=16, tp=8))
+    assert why is None and converted["hardware"] == profile
+    assert "memory not stated" in converted["assumptions"]["hardware"]
+    stated, _ = convert_run(_run(gpu="A100 40GB", source="a 2022 paper", num_gpus=128, pp=16, tp=8))
+    assert stated["hardware"] == "a100-40gb" and "not stated" not in stated["assumptions"]["hardware"]
 
 
 @pytest.mark.parametrize("gpu, flash", [("V100 (DGX-2)", False), ("A100 80GB", True)])
