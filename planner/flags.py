@@ -183,7 +183,6 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise)
 
 
-
 def network_flags(nics_per_node, nic_gbit_per_s):
     """--nics-per-node N --nic-gbit-per-s G, the cluster's node network (a validation run's `network` block): both
     or neither; (N, G) or None."""
@@ -220,4 +219,3 @@ def on_network(hardware: str, network):
         raise PlannerError(NETWORK_FLAGS, exc.message) from None
     server = "tray" if hw.gpus_per_host else "node"
     return replace(spec, name=f"{hw.name} on {n} x {gbit:g} Gb/s NICs per {server}")
-

@@ -133,18 +133,21 @@ def _year(run: dict) -> int | None:
     return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
 
 
-def _hardware(run: dict, year: int | None) -> str:
-    """The profile a GPU name means. An A100 of unstated memory is the 40 GB part before 2021 (the only one there
-    was) and the 80 GB part after, as it is in most published large runs (a wrong 40 GB would also predict false
-    out-of-memory); a source of unknown year counts as current."""
+def _hardware(run: dict, year: int | None, notes: dict) -> str:
+    """The profile a GPU name means, noted. An A100 of unstated memory is the 40 GB part before 2021 (the only one
+    there was) and the 80 GB part after, as it is in most published large runs (a wrong 40 GB would also predict
+    false out-of-memory); a source of unknown year counts as current."""
     gpu = text_of(run.get("gpu"))
     for pattern, reason in _NO_PROFILE.items():
         if re.search(pattern, gpu):
             raise Skip(reason)
     for pattern, profile in _HARDWARE:
         if re.search(pattern, gpu):
+            notes["hardware"] = f"{run.get('gpu')!r} -> {profile}"
             if profile == "a100":
-                return "a100-40gb" if year is not None and year < A100_80GB_SINCE else "a100-80gb"
+                profile = "a100-40gb" if year is not None and year < A100_80GB_SINCE else "a100-80gb"
+                notes["hardware"] = (f"{run.get('gpu')!r} -> {profile} (memory not stated: the A100 of "
+                                     f"{year or 'today, the source has no year'})")
             return profile
     raise Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
 
@@ -369,10 +372,7 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
             raise Skip("GPU count not stated")
         year = _year(run)
         notes: dict[str, str] = {}
-        hardware = _hardware(run, year)
-        notes["hardware"] = f"{run.get('gpu')!r} -> {hardware}"
-        if hardware.startswith("a100") and not re.search(r"a100.*[48]0\s*g", text_of(run.get("gpu"))):
-            notes["hardware"] += f" (memory not stated: the A100 of {year or 'today, the source has no year'})"
+        hardware = _hardware(run, year, notes)
         model = _architecture(run, year, notes)
         batch = run.get("global_batch")
         if batch is None and run.get("global_batch_tokens"):

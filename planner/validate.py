@@ -151,7 +151,8 @@ class ValidationRun(_Strict):
             raise ValueError(f"model.preset: got {name!r}, expected a preset name or alias (see `plan models`)")
         merged = base.model_dump(exclude_defaults=True)
         if {"global_batch", "global_batch_tokens"} & fields.keys():
-            merged.pop("global_batch", None), merged.pop("global_batch_tokens", None)
+            for key in ("global_batch", "global_batch_tokens"):
+                merged.pop(key, None)
         return {**data, "model": {**merged, **fields}}
 
     @model_validator(mode="after")
