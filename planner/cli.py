@@ -81,6 +81,8 @@ def plan(
     recompute_layers: Optional[str] = typer.Option(None, "--recompute-layers", help="Full recompute of only the "
                                                    "first N layers of each pipeline chunk (Megatron block method)."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
+    dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding (HSDP): ZeRO "
+                                               "shards within DP/N ranks, replicated N times (1: over all of DP)."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Pin sequence parallelism on or off."),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
@@ -126,7 +128,8 @@ def plan(
     tp, cp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (cp, "--cp"), (pp, "--pp"),
                                                                     (dp, "--dp"), (micro_batch, "--micro-batch"),
                                                                     (vpp, "--vpp")))
-    recompute_layers = int_flag(recompute_layers, "--recompute-layers")
+    recompute_layers, dp_replicate = (int_flag(v, f) for v, f in ((recompute_layers, "--recompute-layers"),
+                                                                   (dp_replicate, "--dp-replicate")))
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     network = network_flags(nics_per_node, nic_gbit_per_s)
     from planner import report
@@ -158,7 +161,8 @@ def plan(
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
     pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
-                recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage)
+                recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage,
+                dp_replicate=dp_replicate)
     out = _out()
     top = 10 if top is None else top
 

@@ -21,8 +21,8 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero, or a result
     table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job)."""
     c, hw = knob_columns(c), hw.for_job(job.gpus)
-    t, cp, p, d, b, v, sp, z = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
-                                                              "zero"))
+    t, cp, p, d, b, v, sp, z, r = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
+                                                                 "zero", "dp_replicate"))
     s, gpn = job.seq_len, hw.gpus_per_node
     one_node = job.gpus <= gpn
     # Megatron-Core (TransformerConfig: num_query_groups must be a multiple of tensor_model_parallel_size) and
@@ -64,6 +64,10 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
          ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),
         ("optimizer sharding needs DP x CP > 1", (z == 0) | (d * cp > 1)),
+        # HSDP: DP = dp_replicate x dp_shard (torchtitan's mesh; Megatron's instances split the DP x CP group evenly)
+        ("hybrid sharding needs DP-replicate to divide DP", d % r == 0),
+        ("hybrid sharding needs optimizer sharding (ZeRO 1-3)", (r == 1) | (z > 0)),
+        ("hybrid sharding needs a shard group of at least 2 ranks", (r == 1) | (d // r * cp >= 2)),
         ("interleaving needs PP > 1", (v == 1) | (p > 1)),
         # With the embedding/loss accounting a stage has (L+2)/p slots (an edge stage: one is the embedding or the
         # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
@@ -84,6 +88,8 @@ RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("
               ("op-level recompute", ("--recompute", "--no-flash-attention")),
               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
+              ("hybrid sharding needs optimizer", ("--dp-replicate", "--zero")),
+              ("hybrid sharding", ("--dp-replicate", "--dp")),
               ("interleaving", ("--vpp", "--pp", "--micro-batch")),
               ("recompute layers", ("--recompute-layers", "--pp", "--vpp")))
 

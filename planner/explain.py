@@ -9,7 +9,7 @@ from planner.cost.step import TIME_PARTS
 from planner.specs.strategy import recompute_label as strategy_recompute_label
 
 _KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
-                ("sequence_parallel", "SP"), ("zero_stage", "ZeRO"))
+                ("sequence_parallel", "SP"), ("zero_stage", "ZeRO"), ("dp_replicate", "DP replicas"))
 _PART_LABELS = {"compute": "compute", "tp_comm": "TP communication", "cp_comm": "exposed CP communication",
                 "pp_comm": "PP communication",
                 "dp_comm": "exposed DP communication", "bubble": "pipeline bubble", "optimizer": "optimizer step"}
@@ -20,11 +20,21 @@ def recompute_label(row) -> str:
     return strategy_recompute_label(row["recompute"], int(row.get("recompute_layers", 0) or 0))
 
 
+def zero_label(row) -> str:
+    """The ZeRO stage, and under hybrid sharding 'HSDP r x s': r replicas of s-rank shard groups (DP x CP / r)."""
+    r = int(row.get("dp_replicate", 1) or 1)
+    return str(row["zero_stage"]) + (f" HSDP {r}x{int(row['dp']) * int(row['cp']) // r}" if r > 1 else "")
+
+
+HSDP_LEGEND = ("ZeRO n HSDP r x s: hybrid sharding, ZeRO stage n within groups of s ranks (DP x CP / r), replicated r "
+               "times; gradients are all-reduced across the r groups.")
+
+
 def layout_label(row) -> str:
     sp = "+SP" if row["sequence_parallel"] else ""
     cp = f" CP{row['cp']}" if row["cp"] > 1 else ""
     return (f"TP{row['tp']}{sp}{cp} PP{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} DP{row['dp']} "
-            f"mb{row['micro_batch']} {recompute_label(row)} ZeRO-{row['zero_stage']}")
+            f"mb{row['micro_batch']} {recompute_label(row)} ZeRO-{zero_label(row)}")
 
 
 def knob_differences(a, b) -> list[str]:
@@ -33,7 +43,8 @@ def knob_differences(a, b) -> list[str]:
     def shown(row, k):
         return ("on" if row[k] else "off") if k == "sequence_parallel" else row[k]
 
-    diffs = [f"{label} {shown(a, k)} vs {shown(b, k)}" for k, label in _KNOB_LABELS if a[k] != b[k]]
+    diffs = [f"{label} {shown(a, k)} vs {shown(b, k)}" for k, label in _KNOB_LABELS
+             if a.get(k, 1) != b.get(k, 1)]                   # dp_replicate may be absent: 1 (rows of a table)
     if recompute_label(a) != recompute_label(b):
         diffs.append(f"recompute {recompute_label(a)} vs {recompute_label(b)}")
     return diffs
@@ -53,6 +64,9 @@ def why_first(table) -> str:
     wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.25 * gained][:2]
     losses = [f"{_PART_LABELS[k]} {-d:.3g} s longer" for d, k in deltas[::-1] if d < -0.25 * gained][:1]
     knobs = knob_differences(a, b)
+    if gain < 5e-5 and a["memory_gib"] >= b["memory_gib"] and a["pp"] >= b["pp"]:
+        return (f"#1 and #2 are equally fast (within 0.005%) ({', '.join(knobs) if knobs else 'same knobs'}; "
+                f"#2 is {layout_label(b)}).")
     if gain < 1e-3:
         tie = ("uses less memory" if a["memory_gib"] < b["memory_gib"] else
                "has fewer pipeline stages" if a["pp"] < b["pp"] else "is marginally faster")

@@ -63,6 +63,11 @@ def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
         # Megatron-FSDP and pipeline parallelism are mutually exclusive (Megatron-LM PR #6081's run script).
         return "Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism"
     if framework == "deepspeed":
+        if int(row.get("dp_replicate", 1)) > 1:
+            # DeepSpeed 0.19 rejects zero_optimization.mics_shard_size ("MiCS ZeRO-3 sharding has been removed");
+            # ZeRO++ hpZ keeps a second copy of the parameters only, not the plan's per-group states.
+            return ("DeepSpeed shards over all data-parallel ranks: its hybrid sharding (MiCS) was removed, and "
+                    "ZeRO++ hpZ shards only a second copy of the parameters per group")
         if int(row.get("cp", 1)) > 1:
             return "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)"
         if pp > 1 and zero >= 2:
@@ -185,7 +190,7 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
                  f"--recompute-num-layers {int(row['recompute_layers'])}"]
     elif row["recompute"] == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    zero = int(row["zero_stage"])
+    zero, replicas = int(row["zero_stage"]), int(row.get("dp_replicate", 1))
     if zero == 1:
         args.append("--use-distributed-optimizer")
     elif zero >= 2:
@@ -193,6 +198,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         # validate_args: Megatron-FSDP only supports the fsdp_dtensor checkpoint format (default torch_dist)
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--use-distributed-optimizer",
                  "--ckpt-format fsdp_dtensor"]
+    if replicas > 1:        # HSDP: the distributed optimizer (or Megatron-FSDP) within DP x CP / r ranks, r copies
+        args.append(f"--num-distributed-optimizer-instances {replicas}")
     if dp * cp > 1:                          # gradients are reduced over DP x CP
         args += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero >= 1 else [])
     args += [f"--micro-batch-size {int(row['micro_batch'])}", f"--global-batch-size {job.global_batch}",
@@ -252,7 +259,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
     if zero == 0:
         replicate, shard, reshard = dp, 1, None
     else:
-        replicate, shard = 1, dp
+        replicate = int(row.get("dp_replicate", 1))            # HSDP: FSDP within dp_shard x cp, replicated
+        shard = dp // replicate
         # ZeRO-1/2: keep gathered params after forward; ZeRO-3: reshard. torchtitan's "default" reshards only
         # without PP (apply_fsdp: reshard_after_forward = not pp_enabled), so with PP ZeRO-3 must say "always".
         reshard = "never" if zero in (1, 2) else ("always" if pp > 1 else None)

@@ -11,8 +11,8 @@ _FORMATS = {"memory_gib": "{:.1f}", "step_time_s": "{:.2f}", "tokens_per_s": "{:
             "cost_usd": "${:,.0f}", "energy_mwh": "{:,.0f}", "scaling_efficiency": "{:.0%}",
             "tokens_per_s_per_gpu": "{:,.0f}"}
 _PREFERRED = ("gpus", "hardware", "tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "vpp", "sequence_parallel",
-              "recompute", "recompute_layers", "zero_stage", "fits", "memory_gib", "step_time_s", "tokens_per_s",
-              "tflops_per_gpu", "mfu", "scaling_efficiency", "time_to_train_days", "cost_usd")
+              "recompute", "recompute_layers", "zero_stage", "dp_replicate", "fits", "memory_gib", "step_time_s",
+              "tokens_per_s", "tflops_per_gpu", "mfu", "scaling_efficiency", "time_to_train_days", "cost_usd")
 
 
 class StyledTable:

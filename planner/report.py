@@ -11,8 +11,8 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import (attention_notes, bubble_line, layout_label, placement_lines, recompute_label,
-                             rejection_summary, why_first)
+from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
+                             recompute_label, rejection_summary, why_first, zero_label)
 from planner.search import SearchResult, min_gpus_text
 from planner.whatif import suggestions
 
@@ -24,7 +24,7 @@ CONVENTIONS = {
     "memory": "GiB = 2^30 bytes, per GPU on the most loaded pipeline stage",
 }
 _CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "global_batch", "vpp", "sequence_parallel",
-                  "recompute", "recompute_layers", "zero_stage", "fits", "memory_gib")
+                  "recompute", "recompute_layers", "zero_stage", "dp_replicate", "fits", "memory_gib")
 LAYOUT_KEYS = _CONTRACT_KEYS[:_CONTRACT_KEYS.index("fits")]     # the layout part of a record
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
@@ -127,7 +127,7 @@ def layouts_table(df, title: str) -> Table:
         t.add_row(str(i), str(r["tp"]), *((str(r["cp"]),) if cp else ()), str(r["pp"]), str(r["dp"]),
                   str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
-                  recompute_label(r), str(r["zero_stage"]), mem, dominant, _fmt_step(r['step_time_s']),
+                  recompute_label(r), zero_label(r), mem, dominant, _fmt_step(r['step_time_s']),
                   fmt_rate(r["tokens_per_s"]), f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}", *extra)
     return t
 
@@ -149,6 +149,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
         out.print(layouts_table(result.table.head(top), head))
+        if (result.table.head(top)["dp_replicate"] > 1).any():
+            out.print(HSDP_LEGEND)
         out.print(why_first(result.table))
         if note := price_note(result.table):
             out.print(note)

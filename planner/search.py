@@ -30,6 +30,7 @@ GIB = 2**30
 DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
+HYBRID_DOMINATED = "hybrid sharding: not the layout's fastest degree, or no faster than sharding over all ranks"
 MAX_MICRO_BATCH = 1024
 MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
 
@@ -183,12 +184,62 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
     sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
     zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else \
         list(ZERO_STAGES)[:1 + 3 * (dp * cp > 1)]
-    names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero")
-    grid = np.array(list(product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, zs)), dtype=np.int64)
+    # Hybrid sharding: as pinned (a pinned degree above 1 needs a ZeRO stage: no ZeRO-0 unless pinned too); open, 1
+    # here, and the search adds the hybrid variants of the layouts that leave memory for them (hybrid_variants).
+    r = 1 if pins.dp_replicate is None else pins.dp_replicate
+    shardings = [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None]
+    names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero", "dp_replicate")
+    grid = np.array([(*row[:-1], *row[-1]) for row in product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, shardings)],
+                    dtype=np.int64)
     grid, k = _with_recompute_layers(grid.reshape(-1, len(names)), pins, model.layers, names.index("recompute"),
                                      names.index("pp"), names.index("vpp"))
     cols = {n: grid[:, i] for i, n in enumerate(names)}
     return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
+
+
+def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> dict:
+    """The hybrid-sharding (HSDP) variants of ZeRO layouts sharded over all DP x CP ranks (dp_replicate 1) that
+    may still fit: every degree r > 1 that divides DP and leaves a shard group of two or more ranks, as long as the
+    sharded states, r times larger, stay within `capacity_bytes`. `parts` are the layouts' memory parts (bytes, on
+    the most loaded stage): states sharded by stage z (optimizer from 1, gradients from 2, weights at 3) grow by
+    (r - 1) x their share; another stage may then peak, so the caller still checks the variants' own memory.
+    Hybrid sharding never saves memory, so a layout that does not fit sharded over all ranks has no variant.
+    Returns the variants' columns and, per variant, the index of its layout in `cols` (variants of one layout are
+    adjacent, by increasing r)."""
+    z, d, cp = cols["zero"], cols["dp"], cols["cp"]
+    sharded = (parts["optimizer"] * (z >= 1) + parts["gradients"] * (z >= 2) + parts["weights"] * (z >= 3))
+    slack = capacity_bytes - sum(parts.values())
+    base = (cols["dp_replicate"] == 1) & (z >= 1) & (slack > 0) & (d > 1)
+    idx = np.flatnonzero(base)
+    if not len(idx):
+        return {k: v[:0] for k, v in cols.items()}, idx
+    r_max = np.floor(1 + slack[idx] / np.maximum(sharded[idx], 1e-300))
+    rows, degrees = [], []
+    for dp_value in np.unique(d[idx]):
+        options = np.array(_divisors(int(dp_value))[1:], dtype=np.int64)
+        here = idx[d[idx] == dp_value]
+        keep = (options[None, :] <= r_max[d[idx] == dp_value][:, None]) & \
+            (dp_value // options[None, :] * cp[here][:, None] >= 2)
+        i, j = np.nonzero(keep)
+        rows.append(here[i])
+        degrees.append(options[j])
+    rows, degrees = np.concatenate(rows), np.concatenate(degrees)
+    order = np.lexsort((degrees, rows))
+    rows, degrees = rows[order], degrees[order]
+    out = {k: v[rows] for k, v in cols.items()}
+    out["dp_replicate"] = degrees
+    return out, rows
+
+
+def _fastest_gain(step_s, base_step_s, rows):
+    """Per hybrid variant: is it the fastest degree of its layout (the smallest on a tie: less memory) and faster
+    than the layout sharded over all ranks? The search keeps those two: the least memory and the best step."""
+    order = np.lexsort((step_s, rows))                  # by layout, then step; degrees ascend within a tie (stable)
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[order][1:] != rows[order][:-1]
+    best = np.zeros(len(rows), dtype=bool)
+    best[order[first]] = True
+    return best & (step_s < base_step_s[rows])
 
 
 def _with_recompute_layers(grid, pins: Pins, layers: int, rc_col: int, pp_col: int, vpp_col: int):
@@ -218,7 +269,7 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         "num_microbatches": res["num_microbatches"].astype(np.int64), "global_batch": job.global_batch,
         "vpp": cols["vpp"], "sequence_parallel": cols["sp"].astype(bool),
         "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]],
-        "recompute_layers": cols["rc_layers"], "zero_stage": cols["zero"],
+        "recompute_layers": cols["rc_layers"], "zero_stage": cols["zero"], "dp_replicate": cols["dp_replicate"],
         "fits": res["memory_bytes"] <= capacity_bytes,
         "memory_gib": res["memory_bytes"] / GIB,
         **{f"{k}_gib": res[f"mem_{k}_bytes"] / GIB for k in MEMORY_PARTS},
@@ -289,9 +340,22 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     fitting, overflowing = [], []
     for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention):
         res = step_columns(m, hw, job, good, precision, runtime)
-        df = _rows_to_frame(good, res, job, capacity)
-        fitting.append(df[df["fits"]])
-        overflowing.append(df[~df["fits"]])
+        frames = [_rows_to_frame(good, res, job, capacity)]
+        if pins.dp_replicate is None:
+            # Hybrid sharding, where memory allows it: each layout's fastest degree, if faster than sharding over
+            # all ranks (the others are dropped, counted)
+            hybrid, rows = hybrid_variants(good, {k: res[f"mem_{k}_bytes"] for k in MEMORY_PARTS}, capacity)
+            n += len(rows)
+            if len(rows):
+                res_h = step_columns(m, hw, job, hybrid, precision, runtime)
+                gain = _fastest_gain(res_h["step_time_s"], res["step_time_s"], rows)
+                if (~gain).any():
+                    rejected[HYBRID_DOMINATED] = rejected.get(HYBRID_DOMINATED, 0) + int(np.count_nonzero(~gain))
+                frames.append(_rows_to_frame({k: v[gain] for k, v in hybrid.items()},
+                                             {k: np.asarray(v)[gain] for k, v in res_h.items()}, job, capacity))
+        for df in frames:
+            fitting.append(df[df["fits"]])
+            overflowing.append(df[~df["fits"]])
     empty = _rows_to_frame({k: np.zeros(0, dtype=np.int64) for k in KNOBS},
                            {k: np.zeros(0) for k in _result_keys()}, job, capacity)
     table = _rank(pd.concat(fitting, ignore_index=True)) if fitting else empty

@@ -66,7 +66,8 @@ def zero_stage_of(value) -> int | None:
     if not text:
         return None
     if re.search(r"hybrid|hsdp|dp_replicate", text):
-        raise Skip(f"zero_stage {value!r}: hybrid sharding (replicated shard groups) is not modelled")
+        raise Skip(f"zero_stage {value!r}: hybrid sharding, which the flat format cannot state (no field for the "
+                   "replicate degree); write the run in the bundled format with layout.dp_replicate")
     if re.search(r"no_shard|\bddp\b", text):
         return 0
     if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):

@@ -394,8 +394,9 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
     # A run that used context parallelism (or recomputed only some layers) says so: unstated, CP is 1 and full
     # recompute covers every layer, not searched.
+    # partial recompute and hybrid sharding only where stated (sources that shard, shard over all their ranks)
     layout = {**run.layout.model_dump(), "cp": run.layout.cp or 1,
-              "recompute_layers": run.layout.recompute_layers or 0}   # partial recompute only where stated
+              "recompute_layers": run.layout.recompute_layers or 0, "dp_replicate": run.layout.dp_replicate or 1}
     searched = tuple(k for k, v in layout.items() if v is None)
     runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from planner.explain import recompute_label
+from planner.explain import recompute_label, zero_label
 from planner.report import LAYOUT_KEYS, fmt_rate, plain
 
 _METRIC_LABELS = {"iteration_time_s": "step s", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
@@ -25,7 +25,7 @@ def _validation_layout(p) -> str:
                                                          "sequence_parallel")}
     cp = f" CP{r['cp']}" if r["cp"] > 1 else ""
     return (f"TP{r['tp']}{cp} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']}{star['micro_batch']} "
-            f"v{r['vpp']}{star['vpp']} {recompute_label(r)}{star['recompute']} Z{r['zero_stage']}{star['zero_stage']}"
+            f"v{r['vpp']}{star['vpp']} {recompute_label(r)}{star['recompute']} Z{zero_label(r)}{star['zero_stage']}"
             f"{' SP' + star['sequence_parallel'] if r['sequence_parallel'] else ''}")
 
 

@@ -17,7 +17,7 @@ def _variants(row, m) -> list[tuple[str, dict]]:
             "micro_batch": int(row["micro_batch"]),
             "vpp": int(row["vpp"]), "sp": int(bool(row["sequence_parallel"])),
             "recompute": RECOMPUTE.index(row["recompute"]), "zero": int(row["zero_stage"]),
-            "rc_layers": int(row.get("recompute_layers", 0))}
+            "rc_layers": int(row.get("recompute_layers", 0)), "dp_replicate": int(row.get("dp_replicate", 1))}
     out = []
     full = RECOMPUTE.index("full")
     for rc in (RECOMPUTE.index(name) for name in SEARCHED_RECOMPUTE):
@@ -32,7 +32,9 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     if base["dp"] * base["cp"] > 1:
         for z in range(4):
             if z != base["zero"]:
-                out.append((f"ZeRO-{z}", {**base, "zero": z}))
+                out.append((f"ZeRO-{z}", {**base, "zero": z, "dp_replicate": base["dp_replicate"] if z else 1}))
+    if base["zero"]:
+        out += _hybrid(base)
     mid = int(stage_layers(m.layers, base["pp"])[1])
     if base["pp"] > 1 and mid > 0:
         for v in (2, 3, 4, 6, 8):
@@ -45,11 +47,24 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         f = 2
         while base[fewer] % f == 0:
             v = {**base, more: base[more] * f, fewer: base[fewer] // f}
+            if v["dp"] % v["dp_replicate"] or v["dp"] // v["dp_replicate"] * v["cp"] < 2:   # HSDP as far as DP allows
+                v["dp_replicate"] = 1
             out.append((f"CP {v['cp']} with DP {v['dp']}", v))
             f *= 2
     for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
         if mb >= 1:
             out.append((f"micro-batch {mb}", {**base, "micro_batch": mb}))
+    return out
+
+
+def _hybrid(base: dict) -> list[tuple[str, dict]]:
+    """Hybrid sharding one step either way: shard groups half or twice as large, or over all DP ranks."""
+    r, d, cp = base["dp_replicate"], base["dp"], base["cp"]
+    out = [] if r == 1 else [("ZeRO over all DP ranks (no hybrid sharding)", {**base, "dp_replicate": 1})]
+    for new in (r * 2, r // 2):
+        if new > 1 and d % new == 0 and d // new * cp >= 2:
+            out.append((f"hybrid sharding: {new} replicas of {d // new * cp}-rank shard groups",
+                        {**base, "dp_replicate": new}))
     return out
 
 

@@ -154,7 +154,7 @@ def test_a_huge_top_is_capped_for_the_terminal_table(capsys):
     code, out, err = run_cli(capsys, "--model", "gpt3-175b", "--gpus", "32", "--top", str(10**20))
     assert code == 1 and f"Showing the first {MAX_TABLE_ROWS}" in err
     code, _, err = run_cli(capsys, "--model", "8b", "--gpus", "8", "--top", "600")
-    assert code == 0 and "first 500 of the 600 rows asked for (2,545 layouts ranked)" in err
+    assert code == 0 and "first 500 of the 600 rows asked for (2,669 layouts ranked)" in err
     assert out.count("OOM") == MAX_TABLE_ROWS
 
 
@@ -201,7 +201,7 @@ def test_a_plan_on_your_own_node_network(capsys):
     the profile's own (DGX A100: 8 HDR NICs of 200 Gb/s) changes nothing, a quarter of it (4 x 100 Gb/s, as on
     many cloud A100 nodes) only lengthens the DP traffic that crosses nodes, and every output names the network."""
     args = ["--model", "8b", "--gpus", "64", "--hardware", "a100-80gb", "--tp", "1", "--pp", "1", "--dp", "64",
-            "--format", "json"]
+            "--dp-replicate", "1", "--format", "json"]
     base = json.loads(runner.invoke(app, args).stdout)
     same = json.loads(runner.invoke(app, args + ["--nics-per-node", "8", "--nic-gbit-per-s", "200"]).stdout)
     slow = json.loads(runner.invoke(app, args + ["--nics-per-node", "4", "--nic-gbit-per-s", "100"]).stdout)

@@ -101,12 +101,15 @@ def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False, cp1=False):
     sp = sp and (m.seq_len // c) % t == 0
     z = draw(st.integers(0, 3), label="zero") if d * c > 1 else 0
     k = draw(st.integers(0, max(mid // v, 1)), label="rc_layers") if rc == 2 else 0     # 0: every layer
-    return (dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, rc_layers=k, zero=z),
-            d * b * n_mb)
+    # hybrid sharding: a replicate degree dividing DP that leaves a shard group of 2 or more ranks
+    r = draw(st.sampled_from([x for x in divisors(d) if d // x * c >= 2]), label="dp_replicate") if z else 1
+    return (dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=rc, rc_layers=k, zero=z,
+                 dp_replicate=r), d * b * n_mb)
 
 
 def cols_of(*rows):
-    cols = {k: np.array([r.get(k, 0) for r in rows], dtype=np.int64) for k in KNOBS}   # rc_layers 0 if absent
+    absent = {"dp_replicate": 1}                          # and rc_layers 0
+    cols = {k: np.array([r.get(k, absent.get(k, 0)) for r in rows], dtype=np.int64) for k in KNOBS}
     cols["sp"] = cols["sp"].astype(bool)
     return cols
 
@@ -363,7 +366,8 @@ def test_search_rows_are_valid_and_evaluate_reproduces_them(name, gpus, hw, pick
                               dp=int(row["dp"]),
                               micro_batch=int(row["micro_batch"]), vpp=int(row["vpp"]),
                               sequence_parallel=bool(row["sequence_parallel"]), recompute=str(row["recompute"]),
-                              recompute_layers=int(row["recompute_layers"]), zero_stage=int(row["zero_stage"]))
+                              recompute_layers=int(row["recompute_layers"]), zero_stage=int(row["zero_stage"]),
+                              dp_replicate=int(row["dp_replicate"]))
         assert set(ev.row) == set(row)
         diff = {k: (row[k], ev.row[k]) for k in row if row[k] != ev.row[k]}
         assert not diff, (name, gpus, hw.name, i, diff)

@@ -263,7 +263,7 @@ def test_cost_columns_take_a_result_table_and_price_it_as_the_search_does():
     from planner.cost.step import step_columns
 
     knobs = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute", "recompute_layers",
-             "zero_stage")
+             "zero_stage", "dp_replicate")
     m, gb = planner.load_model("70b"), planner.load_hardware("gb200")
     df = planner.search("70b", 256, hardware="gb200")
     job = planner.Job(gpus=256, seq_len=8192, global_batch=2048)

@@ -134,7 +134,7 @@ def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Pre
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
-                     zero3_gather_unit="layer", cp=1, recompute_layers=0):
+                     zero3_gather_unit="layer", cp=1, recompute_layers=0, dp_replicate=1):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
@@ -147,9 +147,10 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     output head on the edge stages).
     Context parallelism (cp ranks) keeps s/cp tokens of every activation per rank (Megatron-Core: each rank stores
     the K and V of its own chunk and gathers them again in backward), and ZeRO shards over the dp·cp ranks that hold
-    the same weights. `recompute_layers` k: under full recompute, only the first k layers of each pipeline chunk
-    are recomputed (Megatron's block method; 0: all), the others store all their activations; the share is per
-    stage (pipeline.block_recompute_share: an edge stage of an uneven split has one layer fewer).
+    the same weights, or with hybrid sharding (HSDP) over a group of dp·cp/dp_replicate of them.
+    `recompute_layers` k: under full recompute, only the first k layers of each pipeline chunk are recomputed
+    (Megatron's block method; 0: all), the others store all their activations; the share is per stage
+    (pipeline.block_recompute_share: an edge stage of an uneven split has one layer fewer).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
@@ -171,7 +172,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     zero3 = np.asarray(zero) >= 3
 
     best_parts, best_total, best_stage = None, None, None
-    for states, layers_r, r in zip(stage_state_bytes(m, t, p, d * c, zero, precision), layers, stage_idx):
+    shard_group = d * c / np.asarray(dp_replicate)             # ranks one ZeRO shard spans (HSDP: a group of them)
+    for states, layers_r, r in zip(stage_state_bytes(m, t, p, shard_group, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.
         f = np.where(full, block_recompute_share(layers_r, recompute_layers, chunk, vpp), 1.0)

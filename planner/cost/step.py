@@ -36,7 +36,8 @@ KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
 
 
 def knob_columns(cols: dict) -> dict:
-    """The candidate columns as arrays; rc_layers may be left out (0: full recompute covers every layer).
+    """The candidate columns as arrays; rc_layers (0: full recompute covers every layer) and dp_replicate (1: ZeRO
+    shards over all DP x CP ranks) may be left out.
     Recompute may be given as names or codes (read as codes); the other knobs must be integers (sp: booleans or
     0/1), so that a string or a fraction is an error here, not a silently different layout."""
     given = {KNOB_COLUMNS[k]: k for k in cols if k in KNOB_COLUMNS and KNOB_COLUMNS[k] != k}   # a table's names
@@ -44,11 +45,12 @@ def knob_columns(cols: dict) -> dict:
     if twice:
         raise PlannerError(given[twice[0]], f"given both as {given[twice[0]]} and as {twice[0]}; expected one column")
     cols = {**cols, **{short: cols[name] for short, name in given.items()}}
-    missing = [k for k in KNOBS if k not in cols and k != "rc_layers"]
+    optional = {"rc_layers": 0, "dp_replicate": 1}
+    missing = [k for k in KNOBS if k not in cols and k not in optional]
     if missing:
         raise PlannerError("cols", f"missing {', '.join(missing)}; expected a column per knob: "
                                    f"{', '.join(KNOBS)} (or {', '.join(KNOB_COLUMNS)})")
-    c = {k: np.asarray(cols[k] if k in cols or k != "rc_layers" else 0) for k in KNOBS}
+    c = {k: np.asarray(cols[k] if k in cols else optional[k]) for k in KNOBS}
     c["recompute"] = recompute_codes(c["recompute"])
     for k, col in c.items():
         whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
@@ -84,6 +86,13 @@ def _exposed(comm_s, window_s, slowdown):
     the concurrent kernels (Calculon's processor_usage, Isaev et al. SC'23)."""
     hidden = np.minimum(comm_s, window_s)
     return comm_s - hidden * (1.0 - slowdown)
+
+
+def _in_sequence(*collectives):
+    """(time, overlap slowdown) of collectives run one after another on one stream, each given as (time, slowdown):
+    the times add, the slowdowns are weighted by time."""
+    total = sum(t for t, _ in collectives)
+    return total, sum(t * u for t, u in collectives) / np.maximum(total, 1e-300)
 
 
 def attention_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
@@ -189,7 +198,7 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
-        runtime.zero3_gather_unit, c["cp"], c["rc_layers"])
+        runtime.zero3_gather_unit, c["cp"], c["rc_layers"], c["dp_replicate"])
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
@@ -268,7 +277,8 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     pp_comm = np.where(pick_dp_inner, results[0][0], results[1][0])
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
-    opt_params = params_stage / np.where(z >= 1, d * cp, 1)      # ZeRO shards over the DP x CP replicas
+    # ZeRO shards over the DP x CP ranks that hold the same weights, or over one shard group of them (HSDP)
+    opt_params = params_stage / np.where(z >= 1, d * cp / c["dp_replicate"], 1)
     hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
@@ -327,15 +337,26 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     buckets = np.maximum(np.ceil(grad_bytes / bucket_bytes), 1)
     # Gradients are reduced (and ZeRO shards kept) over the DP x CP ranks, which hold the same weights (Megatron's
     # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
-    replicas = d * cp
-    group = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, _world(c))
+    # Hybrid sharding (HSDP, r = dp_replicate > 1) runs the ZeRO collectives inside a shard group of the inner d/r
+    # DP ranks (x CP) and then all-reduces each rank's reduced gradient shard across the r groups, on the same
+    # stream (Megatron-Core param_and_grad_buffer: reduce-scatter in the distributed-optimizer instance, all-reduce
+    # across instances; FSDP2 HSDP: reduce-scatter over dp_shard, all-reduce over dp_replicate).
+    r = c.get("dp_replicate", 1)
+    shard_d = np.maximum(d // r, 1)
+    replicas = shard_d * cp
+    group = comm.nested_span(cp, t, shard_d, dp_stride, hw, rt.hierarchical_collectives, _world(c))
+    rep_stride = dp_stride * shard_d
+    rep_group = comm.span(r, rep_stride, hw, rt.hierarchical_collectives, _world(c))
     # Each collective with the share of its time that still slows overlapped compute (comm.overlap_slowdown).
     rs, u_rs = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 1, group)
     ag, u_ag = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, buckets, 1, group)
-    ar, u_ar = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 2, group)
+    ar, u_ar = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 2, group)  # ZeRO-0: r = 1
+    rep, u_rep = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, buckets, 2, rep_group)
     units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
     ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
     rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
+    rep3, u_rep3 = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, units, 2, rep_group)
+    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # the gradient path of ZeRO-1 (and 2's last)
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -352,18 +373,18 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # collective, and the rest on the network: each phase brings its own slowdown (no scaling past 100%).
     gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)
     plain = np.maximum(_exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
-    reduce = np.maximum(_exposed(rs, hide_grads, u_rs), rs / edge)
+    reduce = np.maximum(_exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)
     zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
-    # gather and the last reduce-scatter.
+    # gather and the last reduce-scatter. Under HSDP, ZeRO-2 all-reduces its accumulated gradient shard across the
+    # groups once, after the last micro-batch; ZeRO-3 after every backward, as FSDP2 does.
     reduce_each = np.maximum(_exposed(rs, stage_mb, u_rs), rs / buckets)
     zero2 = (num_mb - 1) * reduce_each + reduce + gather
-    zero3_comm = 2 * ag3 + rs3
-    zero3_edge = (ag3 + rs3) / units
-    # one window for both kinds: their slowdowns weighted by their time (exact while the window holds them all)
-    u3 = (2 * ag3 * u_ag3 + rs3 * u_rs3) / np.maximum(zero3_comm, 1e-300)
+    # one window for all three: their slowdowns weighted by their time (exact while the window holds them all)
+    zero3_comm, u3 = _in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
+    zero3_edge = (ag3 + rs3 + rep3) / units
     zero3 = num_mb * np.where(rt.overlap_param_gather,
                               np.maximum(_exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))

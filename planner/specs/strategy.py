@@ -218,9 +218,12 @@ class Layout:
     recompute_layers: int = 0   # full recompute of only the first k layers of each pipeline chunk (Megatron
                                 # --recompute-method block --recompute-num-layers k); 0: every layer
     zero_stage: int = 0
+    dp_replicate: int = 1   # hybrid sharding (HSDP): ZeRO shards over dp/dp_replicate x cp ranks, replicated this
+                            # many times (torchtitan data_parallel_replicate_degree, Megatron
+                            # --num-distributed-optimizer-instances, FSDP HYBRID_SHARD); 1: over all DP x CP ranks
 
     def __post_init__(self):
-        for f in ("tp", "cp", "pp", "dp", "micro_batch", "vpp"):
+        for f in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "dp_replicate"):
             object.__setattr__(self, f, checked_int(getattr(self, f), f))
         k = self.recompute_layers
         if not is_int(k) or k < 0:
@@ -231,6 +234,11 @@ class Layout:
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         object.__setattr__(self, "recompute", RECOMPUTE[recompute_code(self.recompute)])
         object.__setattr__(self, "zero_stage", zero_code(self.zero_stage))
+
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The knob names, in order: a search table's layout columns."""
+        return tuple(f.name for f in fields(cls))
 
     @property
     def world_size(self) -> int:
@@ -246,7 +254,7 @@ class Layout:
 
 
 # The knob list, in Layout's order, and each knob's candidate-column name in the cost layer (two are shortened).
-LAYOUT_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
+LAYOUT_KNOBS: tuple[str, ...] = Layout.knobs()
 KNOB_COLUMNS: dict[str, str] = {k: {"sequence_parallel": "sp", "zero_stage": "zero", "recompute_layers": "rc_layers"}
                                   .get(k, k) for k in LAYOUT_KNOBS}
 

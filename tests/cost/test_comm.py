@@ -198,7 +198,7 @@ def test_data_parallel_scaling_never_exceeds_one(zero):
     from planner.evaluate import evaluate
     steps = []
     for dp in (4, 8, 16, 32, 64):
-        ev = evaluate("8b", dp, tp=1, pp=1, dp=dp, micro_batch=1, recompute="none", zero_stage=zero,
+        ev = evaluate("8b", dp, tp=1, pp=1, dp=dp, micro_batch=1, recompute="none", zero_stage=zero, dp_replicate=1,
                       global_batch=16 * dp, seq_len=4096, hardware="h100-sxm")
         steps.append(ev.row["step_time_s"] - ev.row["optimizer_s"])
     assert all(b >= a * (1 - 1e-3) for a, b in zip(steps, steps[1:])), steps
@@ -278,7 +278,7 @@ def test_less_nvlink_is_never_faster(zero):
     import dataclasses
 
     from planner.evaluate import evaluate
-    pins = dict(tp=1, pp=1, dp=16, micro_batch=1, recompute="none", zero_stage=zero)
+    pins = dict(tp=1, pp=1, dp=16, micro_batch=1, recompute="none", zero_stage=zero, dp_replicate=1)
     eight = evaluate("8b", 16, hardware=HW, **pins).row["step_time_s"]
     for smaller in (1, 2, 4):     # 4-GPU nodes were 0.02% faster when in-node ring latencies slowed compute
         node = dataclasses.replace(HW, gpus_per_node=smaller)

@@ -40,6 +40,7 @@ def columns(rows):
     cols["sp"] = cols["sp"].astype(bool)
     cols["cp"] = np.ones_like(cols["tp"])
     cols["rc_layers"] = np.zeros_like(cols["tp"])      # full recompute: every layer
+    cols["dp_replicate"] = np.ones_like(cols["tp"])    # ZeRO over all DP ranks
     assert set(cols) == set(KNOBS)
     return cols
 
