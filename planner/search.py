@@ -122,7 +122,7 @@ def check_pins(pins: Pins, job: Job) -> None:
         raise PlannerError("--recompute-layers", f"recomputes layers fully; expected --recompute full, got "
                                                  f"{layout.recompute}")
     upper = {"tp": job.gpus, "cp": job.gpus, "pp": job.gpus, "dp": job.gpus, "micro_batch": job.global_batch,
-             "vpp": 1024}
+             "vpp": 1024, "dp_replicate": job.gpus}
     for name, limit in upper.items():
         value = getattr(pins, name)
         if value is not None and value > limit:

@@ -138,6 +138,7 @@ FLAGS = {
     "--vpp": lambda rng, f: int_value(rng, [1, 2, 4]),
     "--recompute": lambda rng, f: rng.choice(["none", "selective", "full", "FULL", "sometimes", "", "1", "2"]),
     "--zero": lambda rng, f: rng.choice(["0", "1", "2", "3", "zero-3", "zero3", "ZeRO-1", "7", "-1", "1.0", "", "x"]),
+    "--dp-replicate": lambda rng, f: int_value(rng, [1, 2, 3, 4, 8, 64]),
     "--seq-len": lambda rng, f: int_value(rng, [256, 1024, 2048, 4096, 8192]),
     "--global-batch": lambda rng, f: int_value(rng, [1, 8, 64, 256, 512, 2048]),
     "--global-batch-tokens": lambda rng, f: count_value(rng),

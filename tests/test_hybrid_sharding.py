@@ -116,6 +116,7 @@ def test_search_keeps_only_hybrid_degrees_that_buy_speed():
     (["--dp", "64", "--zero", "0", "--dp-replicate", "2"], "--dp-replicate", "needs optimizer sharding"),
     (["--dp", "64", "--zero", "3", "--dp-replicate", "64"], "--dp-replicate", "at least 2 ranks"),
     (["--dp", "64", "--dp-replicate", "0"], "--dp-replicate", "expected"),
+    (["--dp-replicate", "18446744073709551617"], "--dp-replicate", "expected at most 64"),    # the fuzz found it
 ])
 def test_bad_hybrid_pins_are_one_line(args, flag, words):
     res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--tp", "1", "--pp", "1", *args])
