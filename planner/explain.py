@@ -152,6 +152,14 @@ def placement_lines(row, hw) -> list[str]:
         lines.append(f"{name}: " + _spread(*group_nodes(d * c, t if c > 1 else dp_stride, g, world), link))
     else:                                              # PP between CP and DP: counted rank by rank
         lines.append(f"{name}: " + _spread(*_dp_cp_spread(t, c, p, d, g), link))
+    r = int(row.get("dp_replicate", 1) or 1)
+    if r > 1:                                          # the ZeRO collectives stay in the inner d/r DP ranks (x CP)
+        shard_d = d // r
+        group = (_spread(*group_nodes(shard_d * c, t if c > 1 else dp_stride, g, world), link)
+                 if c == 1 or dp_stride == t * c else _spread(*_dp_cp_spread(t, c, p, shard_d, g), link))
+        lines.append(f"  hybrid sharding: ZeRO within groups of {shard_d * c} ranks, {group[0].lower()}{group[1:]}")
+        lines.append(f"  gradient shards all-reduced across the {r} groups: "
+                     + _spread(*group_nodes(r, dp_stride * shard_d, g, world), link))
     if p == 1:
         lines.append(f"PP ({p}): no pipeline.")
     elif pp_crosses_nodes(t, p, d, dp_inner, g, c):

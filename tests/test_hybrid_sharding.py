@@ -129,6 +129,8 @@ def test_pinned_hybrid_layout_reports_and_exports():
             "--dp-replicate", "8"]
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "ZeRO-3 HSDP 8x8" in table.output
+    assert "hybrid sharding: ZeRO within groups of 8 ranks, inside one node" in table.output
+    assert "all-reduced across the 8 groups: across 8 nodes, one rank per node" in table.output
     doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
     assert doc["dp_replicate"] == 8
     mg = runner.invoke(app, args + ["--export", "megatron"]).stdout
