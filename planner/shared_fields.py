@@ -61,13 +61,34 @@ def recompute_mode(value) -> str | None:
     raise unknown
 
 
+def dp_replicate_of(value) -> int | None:
+    """Hybrid sharding's replicate degree where the zero_stage text states one ("HSDP, dp_replicate=16", "FSDP
+    HYBRID_SHARD, 4 replicas"); None for a text without hybrid sharding. Hybrid sharding of unstated degree is a
+    skip: the flat format has no field for it."""
+    text = text_of(value)
+    if not re.search(r"hybrid|hsdp|dp_replicate|replica", text):
+        return None
+    m = (re.search(r"(?:dp_replicate|replicate(?:_degree)?)\s*[=:]?\s*(\d+)", text)
+         or re.search(r"(\d+)\s*(?:replicas|replicated|replica groups|copies)", text))
+    if not m or int(m.group(1)) < 1:
+        raise Skip(f"zero_stage {value!r}: hybrid sharding of unstated degree (the flat format has no field for it); "
+                   "state it as dp_replicate=N, or write the run in the bundled format with layout.dp_replicate")
+    return int(m.group(1))
+
+
 def zero_stage_of(value) -> int | None:
     text = text_of(value)
     if not text:
         return None
-    if re.search(r"hybrid|hsdp|dp_replicate", text):
-        raise Skip(f"zero_stage {value!r}: hybrid sharding, which the flat format cannot state (no field for the "
-                   "replicate degree); write the run in the bundled format with layout.dp_replicate")
+    if dp_replicate_of(value) is not None:
+        # A stated stage; Megatron's distributed-optimizer instances are ZeRO-1 in groups; FSDP HYBRID_SHARD shards
+        # parameters too (ZeRO-3 in groups), its _HYBRID_SHARD_ZERO2 keeps them gathered
+        stated = re.search(r"zero-?\s*([1-3])\b|stage\s*([1-3])\b", text)
+        if stated:
+            return int(stated.group(1) or stated.group(2))
+        if re.search(r"distributed.optimizer", text):
+            return 1
+        return 2 if re.search(r"shard_grad_op|(not|no|never)\s+reshard", text) else 3
     if re.search(r"no_shard|\bddp\b", text):
         return 0
     if re.search(r"fsdp|fully.shard|full_shard|shard_grad_op", text):

@@ -43,6 +43,7 @@ from typing import Any
 from planner.cost.pipeline import chunk_layers, every_nth_layers
 from planner.shared_fields import (
     Skip,
+    dp_replicate_of,
     flash_generation,
     recompute_mode,
     text_of,
@@ -228,7 +229,8 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
     if sp in ("true", "yes", "on", "1", "enabled", "false", "no", "off", "0", "disabled", "none"):
         layout["sequence_parallel"] = sp in ("true", "yes", "on", "1", "enabled")
     for key, value in (("recompute", recompute_mode(run.get("recompute"))),
-                       ("zero_stage", zero_stage_of(run.get("zero_stage")))):
+                       ("zero_stage", zero_stage_of(run.get("zero_stage"))),
+                       ("dp_replicate", dp_replicate_of(run.get("zero_stage")))):
         if value is not None:
             layout[key] = value
     _partial_recompute(run, layout, notes)

@@ -114,6 +114,25 @@ def test_an_a100_of_unstated_memory_is_the_part_of_its_year(source, framework, p
     assert stated["hardware"] == "a100-40gb" and "not stated" not in stated["assumptions"]["hardware"]
 
 
+@pytest.mark.parametrize("text, zero, replicas", [("FSDP HYBRID_SHARD, dp_replicate=4", 3, 4),
+                                                  ("HSDP (4 replicas), ZeRO-2", 2, 4),
+                                                  ("distributed optimizer, replicate_degree: 2", 1, 2),
+                                                  ("FSDP _HYBRID_SHARD_ZERO2 x 2 replicas", 2, 2)])
+def test_a_stated_hybrid_degree_is_imported(text, zero, replicas):
+    """Hybrid sharding whose degree the free text states becomes layout.dp_replicate (FSDP HYBRID_SHARD: ZeRO-3 in
+    groups; its ZeRO-2 variant or Megatron's distributed-optimizer instances where the text says so) and is
+    predicted."""
+    from planner.validate import ValidationRun, predict
+
+    converted, why = convert_run(_run(zero_stage=text, tp=8, pp=16))
+    assert why is None
+    assert (converted["layout"]["zero_stage"], converted["layout"]["dp_replicate"]) == (zero, replicas)
+    pred = predict(ValidationRun.model_validate(converted))
+    assert pred.error is None and pred.evaluation.row["dp_replicate"] == replicas
+    odd, _ = convert_run(_run(zero_stage="HSDP, dp_replicate=3", tp=8, pp=16))       # DP is 8: 3 does not divide it
+    assert "DP-replicate to divide DP" in predict(ValidationRun.model_validate(odd)).error
+
+
 @pytest.mark.parametrize("gpu, flash", [("V100 (DGX-2)", False), ("A100 80GB", True)])
 def test_flash_attention_from_2023_only_where_the_gpu_runs_it(gpu, flash):
     """FlashAttention 1 and 2 and Transformer Engine's fused attention do not run on V100 (its profile's
@@ -131,12 +150,11 @@ def test_flash_attention_from_2023_only_where_the_gpu_runs_it(gpu, flash):
     (dict(ep=8), "expert parallelism"), (dict(num_gpus=None), "GPU count"),
     (dict(tp=None, pp=None), "parallel layout not stated"), (dict(vocab=None), "architecture not stated (vocab)"),
     (dict(recompute="custom selective (manual backward)"), "custom selective"), (dict(precision="fp8 hybrid"), "FP8"),
-    (dict(zero_stage="FSDP HYBRID_SHARD"), "hybrid"), (dict(global_batch=None), "global batch"),
+    (dict(zero_stage="FSDP HYBRID_SHARD"), "unstated degree"), (dict(global_batch=None), "global batch"),
     (dict(iteration_time_s=None, tokens_per_s_per_gpu=900.0, inferred={"tokens_per_s_per_gpu": "from GPU-hours"}),
      "only derived"),
     (dict(layers="many"), "malformed"), (dict(tp=2.5), "whole number"), (dict(layers=True), "layers = True"),
-    (dict(gpu="H200 NVL"), "PCIe"), (dict(zero_stage="HSDP"), "hybrid"), (dict(zero_stage="FSDP (dp_replicate=16)"),
-                                                                            "hybrid"),
+    (dict(gpu="H200 NVL"), "PCIe"), (dict(zero_stage="HSDP"), "unstated degree"),
     (dict(precision="float8 (torchao)"), "FP8"), (dict(precision="TF32"), "16-bit"),
     (dict(model="Acme 8B", ffn_hidden=None), "ffn_hidden"),
     (dict(recompute="selective, layers 1-4"), "only none"), (dict(recompute="every 0 layers"), "only none"),
