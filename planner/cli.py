@@ -82,7 +82,7 @@ def plan(
                                                    "first N layers of each pipeline chunk (Megatron block method)."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding (HSDP): ZeRO "
-                                               "shards within DP/N ranks, replicated N times (1: over all of DP)."),
+                                               "shards within DP x CP / N ranks, replicated N times (1: over all)."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Pin sequence parallelism on or off."),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
@@ -280,6 +280,8 @@ def sweep_cmd(
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin the micro-batch size."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full or op."),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
+    dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding: N copies of the "
+                                               "ZeRO shard groups at every count (1: sharded over all ranks)."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -289,7 +291,8 @@ def sweep_cmd(
     from planner.sweep import sweep
 
     pins = {k: int_flag(v, f) for k, v, f in (("tp", tp, "--tp"), ("cp", cp, "--cp"), ("pp", pp, "--pp"),
-                                               ("micro_batch", micro_batch, "--micro-batch")) if v is not None}
+                                               ("micro_batch", micro_batch, "--micro-batch"),
+                                               ("dp_replicate", dp_replicate, "--dp-replicate")) if v is not None}
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute

@@ -62,7 +62,8 @@ class Evaluation:
         tim = ", ".join(f"{k} {v:.3g}" for k, v in self.time_s.items())
         rc = recompute_label(r["recompute"], r.get("recompute_layers", 0) or 0)
         return (f"<Evaluation tp={r['tp']} cp={r['cp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']} vpp={r['vpp']} "
-                f"sp={r['sequence_parallel']} recompute={rc} zero={r['zero_stage']}: "
+                f"sp={r['sequence_parallel']} recompute={rc} zero={r['zero_stage']}"
+                + (f" dp_replicate={r['dp_replicate']}" if r.get("dp_replicate", 1) > 1 else "") + ": "
                 f"{'fits' if self.fits else 'does NOT fit'} {r['memory_gib']:.1f}/{self.capacity_gib:.1f} GiB "
                 f"[{mem}]; step {r['step_time_s']:.3f} s [{tim}]; MFU {r['mfu']:.3f}>")
 

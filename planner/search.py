@@ -30,7 +30,8 @@ GIB = 2**30
 DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
-HYBRID_DOMINATED = "hybrid sharding: not the layout's fastest degree, or no faster than sharding over all ranks"
+HYBRID_DOMINATED = ("hybrid sharding: not the layout's fastest fitting degree, or no faster than sharding over "
+                    "all ranks")
 MAX_MICRO_BATCH = 1024
 MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
 
@@ -187,7 +188,8 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
     # Hybrid sharding: as pinned (a pinned degree above 1 needs a ZeRO stage: no ZeRO-0 unless pinned too); open, 1
     # here, and the search adds the hybrid variants of the layouts that leave memory for them (hybrid_variants).
     r = 1 if pins.dp_replicate is None else pins.dp_replicate
-    shardings = [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None]
+    shardings = [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None] or [(z, r) for z in zs]  # the
+    # last: no ZeRO is possible (DP x CP = 1), so the rules reject the pinned degree with its reason
     names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero", "dp_replicate")
     grid = np.array([(*row[:-1], *row[-1]) for row in product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, shardings)],
                     dtype=np.int64)
@@ -231,15 +233,17 @@ def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> dict:
     return out, rows
 
 
-def _fastest_gain(step_s, base_step_s, rows):
-    """Per hybrid variant: is it the fastest degree of its layout (the smallest on a tie: less memory) and faster
-    than the layout sharded over all ranks? The search keeps those two: the least memory and the best step."""
-    order = np.lexsort((step_s, rows))                  # by layout, then step; degrees ascend within a tie (stable)
+def _fastest_gain(step_s, fits, base_step_s, rows):
+    """Per hybrid variant: is it the fastest fitting degree of its layout (the smallest on a tie: less memory) and
+    faster than the layout sharded over all ranks? The search keeps those two: the least memory and the best step.
+    (A faster degree may not fit: another stage can peak once the states grow.)"""
+    key = np.where(fits, step_s, np.inf)
+    order = np.lexsort((key, rows))                     # by layout, then step; degrees ascend within a tie (stable)
     first = np.ones(len(rows), dtype=bool)
     first[1:] = rows[order][1:] != rows[order][:-1]
     best = np.zeros(len(rows), dtype=bool)
     best[order[first]] = True
-    return best & (step_s < base_step_s[rows])
+    return best & fits & (step_s < base_step_s[rows])
 
 
 def _with_recompute_layers(grid, pins: Pins, layers: int, rc_col: int, pp_col: int, vpp_col: int):
@@ -348,11 +352,14 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
             n += len(rows)
             if len(rows):
                 res_h = step_columns(m, hw, job, hybrid, precision, runtime)
-                gain = _fastest_gain(res_h["step_time_s"], res["step_time_s"], rows)
-                if (~gain).any():
-                    rejected[HYBRID_DOMINATED] = rejected.get(HYBRID_DOMINATED, 0) + int(np.count_nonzero(~gain))
-                frames.append(_rows_to_frame({k: v[gain] for k, v in hybrid.items()},
-                                             {k: np.asarray(v)[gain] for k, v in res_h.items()}, job, capacity))
+                fits = res_h["memory_bytes"] <= capacity
+                gain = _fastest_gain(res_h["step_time_s"], fits, res["step_time_s"], rows)
+                dropped = fits & ~gain                 # the ones that do not fit are reported as such
+                if dropped.any():
+                    rejected[HYBRID_DOMINATED] = rejected.get(HYBRID_DOMINATED, 0) + int(np.count_nonzero(dropped))
+                shown = gain | ~fits
+                frames.append(_rows_to_frame({k: v[shown] for k, v in hybrid.items()},
+                                             {k: np.asarray(v)[shown] for k, v in res_h.items()}, job, capacity))
         for df in frames:
             fitting.append(df[df["fits"]])
             overflowing.append(df[~df["fits"]])

@@ -66,10 +66,11 @@ def dp_replicate_of(value) -> int | None:
     HYBRID_SHARD, 4 replicas"); None for a text without hybrid sharding. Hybrid sharding of unstated degree is a
     skip: the flat format has no field for it."""
     text = text_of(value)
-    if not re.search(r"hybrid|hsdp|dp_replicate|replica", text):
+    instances = r"(?:num[_-])?distributed[_-]optimizer[_-]instances"
+    if not re.search(rf"hybrid|hsdp|dp_replicate|replicate_degree|{instances}|(?<![\w-])\d+\s*replicas", text):
         return None
-    m = (re.search(r"(?:dp_replicate|replicate(?:_degree)?)\s*[=:]?\s*(\d+)", text)
-         or re.search(r"(\d+)\s*(?:replicas|replicated|replica groups|copies)", text))
+    m = (re.search(rf"(?:dp_replicate|replicate_degree|{instances})\s*[=:]?\s*(\d+)", text)
+         or re.search(r"(?<![\w-])(\d+)\s*(?:replicas|replica groups|copies)", text))
     if not m or int(m.group(1)) < 1:
         raise Skip(f"zero_stage {value!r}: hybrid sharding of unstated degree (the flat format has no field for it); "
                    "state it as dp_replicate=N, or write the run in the bundled format with layout.dp_replicate")
@@ -86,7 +87,7 @@ def zero_stage_of(value) -> int | None:
         stated = re.search(r"zero-?\s*([1-3])\b|stage\s*([1-3])\b", text)
         if stated:
             return int(stated.group(1) or stated.group(2))
-        if re.search(r"distributed.optimizer", text):
+        if re.search(r"distributed.optimizer", text):      # its instances included
             return 1
         return 2 if re.search(r"shard_grad_op|(not|no|never)\s+reshard", text) else 3
     if re.search(r"no_shard|\bddp\b", text):

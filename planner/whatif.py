@@ -47,9 +47,11 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         f = 2
         while base[fewer] % f == 0:
             v = {**base, more: base[more] * f, fewer: base[fewer] // f}
+            label = f"CP {v['cp']} with DP {v['dp']}"
             if v["dp"] % v["dp_replicate"] or v["dp"] // v["dp_replicate"] * v["cp"] < 2:   # HSDP as far as DP allows
                 v["dp_replicate"] = 1
-            out.append((f"CP {v['cp']} with DP {v['dp']}", v))
+                label += " (no hybrid sharding: it needs DP-replicate to divide DP)" * (base["dp_replicate"] > 1)
+            out.append((label, v))
             f *= 2
     for mb in (base["micro_batch"] // 2, base["micro_batch"] * 2):
         if mb >= 1:

@@ -165,3 +165,33 @@ def test_a_run_file_states_hybrid_sharding_and_an_unstated_one_is_full_sharding(
     row = hybrid.evaluation.row
     assert row["dp_replicate"] == 4
     assert row["optimizer_gib"] == pytest.approx(4 * predict(run).evaluation.row["optimizer_gib"], rel=1e-9)
+
+
+def test_the_fastest_degree_that_does_not_fit_leaves_room_for_one_that_does():
+    """405B, TP2 CP8 PP8 DP16: at 16 replicas the states move the peak to another pipeline stage, just over the
+    limit (the bound from the first stage's parts lets it through); the search keeps the fastest degree that fits
+    (8), which beats sharding over all ranks, not N = 1 (a reviewer found the search dropping it)."""
+    pins = dict(tp=2, cp=8, pp=8, dp=16, micro_batch=2, recompute="full", zero_stage=3, vpp=1, sequence_parallel=True)
+    result = planner.run_search("405b", 2048, pins=planner.Pins(**pins), find_min_gpus=False)
+    capacity_gib = result.capacity_bytes / 2**30
+    best = result.table.iloc[0]
+    assert best["dp_replicate"] > 1 and best["memory_gib"] <= capacity_gib
+    sixteen = planner.evaluate("405b", 2048, dp_replicate=16, **pins)
+    assert not sixteen.fits and sixteen.row["step_time_s"] < best["step_time_s"]
+    assert (result.table["memory_gib"] <= capacity_gib).all()
+
+
+def test_a_hybrid_pin_without_data_parallelism_names_the_flag():
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "1",
+                              "--dp-replicate", "2"])
+    assert res.exit_code == 2 and "--dp-replicate" in res.output and "hybrid sharding" in res.output
+
+
+def test_sweep_pins_hybrid_sharding_and_whatif_says_when_a_trade_drops_it():
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "64,128", "--zero", "3", "--dp-replicate", "2",
+                              "--format", "json"])
+    rows = json.loads(res.stdout)["rows"]
+    assert res.exit_code == 0 and all(r["dp_replicate"] == 2 for r in rows)
+    out = runner.invoke(app, ["--model", "8b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64", "--zero", "1",
+                              "--dp-replicate", "32"]).output
+    assert "(no hybrid sharding" in out

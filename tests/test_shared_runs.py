@@ -117,7 +117,9 @@ def test_an_a100_of_unstated_memory_is_the_part_of_its_year(source, framework, p
 @pytest.mark.parametrize("text, zero, replicas", [("FSDP HYBRID_SHARD, dp_replicate=4", 3, 4),
                                                   ("HSDP (4 replicas), ZeRO-2", 2, 4),
                                                   ("distributed optimizer, replicate_degree: 2", 1, 2),
-                                                  ("FSDP _HYBRID_SHARD_ZERO2 x 2 replicas", 2, 2)])
+                                                  ("FSDP _HYBRID_SHARD_ZERO2 x 2 replicas", 2, 2),
+                                                  ("distributed optimizer, num_distributed_optimizer_instances=4", 1,
+                                                   4)])
 def test_a_stated_hybrid_degree_is_imported(text, zero, replicas):
     """Hybrid sharding whose degree the free text states becomes layout.dp_replicate (FSDP HYBRID_SHARD: ZeRO-3 in
     groups; its ZeRO-2 variant or Megatron's distributed-optimizer instances where the text says so) and is
@@ -129,6 +131,9 @@ def test_a_stated_hybrid_degree_is_imported(text, zero, replicas):
     assert (converted["layout"]["zero_stage"], converted["layout"]["dp_replicate"]) == (zero, replicas)
     pred = predict(ValidationRun.model_validate(converted))
     assert pred.error is None and pred.evaluation.row["dp_replicate"] == replicas
+    # words a stage digit sits beside are not a degree, and "no replica" is no hybrid sharding
+    assert "unstated degree" in convert_run(_run(zero_stage="ZeRO-3 hybrid, replicated across nodes"))[1]
+    assert convert_run(_run(zero_stage="ZeRO-1 (no replica)"))[0]["layout"]["zero_stage"] == 1
     odd, _ = convert_run(_run(zero_stage="HSDP, dp_replicate=3", tp=8, pp=16))       # DP is 8: 3 does not divide it
     assert "DP-replicate to divide DP" in predict(ValidationRun.model_validate(odd)).error
 

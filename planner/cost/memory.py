@@ -172,7 +172,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     zero3 = np.asarray(zero) >= 3
 
     best_parts, best_total, best_stage = None, None, None
-    shard_group = d * c / np.asarray(dp_replicate)             # ranks one ZeRO shard spans (HSDP: a group of them)
+    shard_group = np.maximum(d // np.asarray(dp_replicate), 1) * c   # ranks a ZeRO shard spans (HSDP: a group)
     for states, layers_r, r in zip(stage_state_bytes(m, t, p, shard_group, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.

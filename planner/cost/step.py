@@ -278,7 +278,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
     # ZeRO shards over the DP x CP ranks that hold the same weights, or over one shard group of them (HSDP)
-    opt_params = params_stage / np.where(z >= 1, d * cp / c["dp_replicate"], 1)
+    opt_params = params_stage / np.where(z >= 1, np.maximum(d // c["dp_replicate"], 1) * cp, 1)
     hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
@@ -356,7 +356,7 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
     rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
     rep3, u_rep3 = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, units, 2, rep_group)
-    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # the gradient path of ZeRO-1 (and 2's last)
+    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # the gradient path of ZeRO-1 and -2
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -378,9 +378,10 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
-    # gather and the last reduce-scatter. Under HSDP, ZeRO-2 all-reduces its accumulated gradient shard across the
-    # groups once, after the last micro-batch; ZeRO-3 after every backward, as FSDP2 does.
-    reduce_each = np.maximum(_exposed(rs, stage_mb, u_rs), rs / buckets)
+    # gather and the last reduce-scatter. Under HSDP each reduce-scatter is followed by the all-reduce of the shard
+    # across the groups, every micro-batch (FSDP2's default, which torchtitan keeps: no set_requires_all_reduce).
+    rs_each, u_each = _in_sequence((rs, u_rs), (rep, u_rep))
+    reduce_each = np.maximum(_exposed(rs_each, stage_mb, u_each), rs_each / buckets)
     zero2 = (num_mb - 1) * reduce_each + reduce + gather
     # one window for all three: their slowdowns weighted by their time (exact while the window holds them all)
     zero3_comm, u3 = _in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
@@ -388,5 +389,5 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     zero3 = num_mb * np.where(rt.overlap_param_gather,
                               np.maximum(_exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
-    dp_comm = np.where(replicas > 1, by_stage, 0.0)
+    dp_comm = np.where(d * cp > 1, by_stage, 0.0)
     return pp_comm, dp_comm
