@@ -226,6 +226,11 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     if runtime.eager_elementwise:
         header += ("\n# the plan priced eager PyTorch element-wise kernels (--eager-elementwise); Megatron runs fused "
                    "ones, so expect a faster step")
+    if replicas > 1 and zero >= 2 and int(row["num_microbatches"]) > 1:
+        # megatron_fsdp.py: the outer (DP-replica) all-reduce runs only with is_last_microbatch
+        header += (f"\n# hybrid sharding: Megatron-FSDP all-reduces the gradient shards across the {replicas} groups "
+                   "once per step; the plan priced it after every micro-batch (FSDP2, torchtitan), so expect the "
+                   "same or less DP traffic")
     # validate_args asserts the environment too: Megatron-FSDP needs more than one CUDA connection; TP or CP
     # overlap needs exactly one (before Blackwell)
     if zero >= 2:

@@ -135,6 +135,7 @@ def test_pinned_hybrid_layout_reports_and_exports():
     assert doc["dp_replicate"] == 8
     mg = runner.invoke(app, args + ["--export", "megatron"]).stdout
     assert "--num-distributed-optimizer-instances 8" in mg and "--use-megatron-fsdp" in mg
+    assert "all-reduces the gradient shards across the 8 groups once per step" in mg
     tt = runner.invoke(app, args + ["--export", "torchtitan"]).stdout
     assert "data_parallel_replicate_degree = 8" in tt and "data_parallel_shard_degree = 8" in tt
     ds = runner.invoke(app, args + ["--export", "deepspeed"])
