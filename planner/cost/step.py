@@ -356,7 +356,7 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
     rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
     rep3, u_rep3 = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, units, 2, rep_group)
-    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # the gradient path of ZeRO-1 and -2
+    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # a gradient reduction of ZeRO-1 and -2
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -380,8 +380,7 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
     # gather and the last reduce-scatter. Under HSDP each reduce-scatter is followed by the all-reduce of the shard
     # across the groups, every micro-batch (FSDP2's default, which torchtitan keeps: no set_requires_all_reduce).
-    rs_each, u_each = _in_sequence((rs, u_rs), (rep, u_rep))
-    reduce_each = np.maximum(_exposed(rs_each, stage_mb, u_each), rs_each / buckets)
+    reduce_each = np.maximum(_exposed(rs_rep, stage_mb, u_rs_rep), rs_rep / buckets)
     zero2 = (num_mb - 1) * reduce_each + reduce + gather
     # one window for all three: their slowdowns weighted by their time (exact while the window holds them all)
     zero3_comm, u3 = _in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
