@@ -199,7 +199,7 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
     return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
 
 
-def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> dict:
+def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> tuple[dict, np.ndarray]:
     """The hybrid-sharding (HSDP) variants of ZeRO layouts sharded over all DP x CP ranks (dp_replicate 1) that
     may still fit: every degree r > 1 that divides DP and leaves a shard group of two or more ranks, as long as the
     sharded states, r times larger, stay within `capacity_bytes`. `parts` are the layouts' memory parts (bytes, on
