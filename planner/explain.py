@@ -6,7 +6,7 @@ import numpy as np
 
 from planner.cost.pipeline import bubble_ratio
 from planner.cost.step import TIME_PARTS
-from planner.specs.strategy import recompute_label as strategy_recompute_label
+from planner.specs.strategy import recompute_label as strategy_recompute_label, shard_group
 
 _KNOB_LABELS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("micro_batch", "micro-batch"), ("vpp", "VPP"),
                 ("sequence_parallel", "SP"), ("zero_stage", "ZeRO"), ("dp_replicate", "DP replicas"))
@@ -23,7 +23,7 @@ def recompute_label(row) -> str:
 def zero_label(row) -> str:
     """The ZeRO stage, and under hybrid sharding 'HSDP r x s': r replicas of s-rank shard groups (DP x CP / r)."""
     r = int(row.get("dp_replicate", 1) or 1)
-    return str(row["zero_stage"]) + (f" HSDP {r}x{int(row['dp']) * int(row['cp']) // r}" if r > 1 else "")
+    return str(row["zero_stage"]) + (f" HSDP {r}x{shard_group(int(row['dp']), int(row['cp']), r)}" if r > 1 else "")
 
 
 HSDP_LEGEND = ("ZeRO n HSDP r x s: hybrid sharding, ZeRO stage n within groups of s ranks (DP x CP / r), replicated r "

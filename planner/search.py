@@ -22,7 +22,7 @@ from planner.errors import PlannerError, library_api
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
 from planner.specs.strategy import (LAYOUT_KNOBS, PARALLEL_DIMS, RECOMPUTE, SEARCHED_RECOMPUTE, ZERO_STAGES, Job,
-                                    Layout, Precision, Runtime, recompute_code, zero_code)
+                                    Layout, Precision, Runtime, recompute_code, shard_group, zero_code)
 
 GIB = 2**30
 # HBM kept free for allocator fragmentation and transient buffers beyond the modelled parts: formulas.md §3.5
@@ -221,7 +221,7 @@ def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> tuple[dic
         options = np.array(_divisors(int(dp_value))[1:], dtype=np.int64)
         here = idx[d[idx] == dp_value]
         keep = (options[None, :] <= r_max[d[idx] == dp_value][:, None]) & \
-            (dp_value // options[None, :] * cp[here][:, None] >= 2)
+            (shard_group(dp_value, cp[here][:, None], options[None, :]) >= 2)
         i, j = np.nonzero(keep)
         rows.append(here[i])
         degrees.append(options[j])

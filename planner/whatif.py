@@ -7,7 +7,7 @@ import numpy as np
 from planner import constraints
 from planner.cost.pipeline import chunk_layers, stage_layers
 from planner.cost.step import KNOBS, step_columns
-from planner.specs.strategy import RECOMPUTE, SEARCHED_RECOMPUTE
+from planner.specs.strategy import RECOMPUTE, SEARCHED_RECOMPUTE, shard_group
 
 GIB = 2**30
 
@@ -48,7 +48,7 @@ def _variants(row, m) -> list[tuple[str, dict]]:
         while base[fewer] % f == 0:
             v = {**base, more: base[more] * f, fewer: base[fewer] // f}
             label = f"CP {v['cp']} with DP {v['dp']}"
-            if v["dp"] % v["dp_replicate"] or v["dp"] // v["dp_replicate"] * v["cp"] < 2:   # HSDP as far as DP allows
+            if v["dp"] % v["dp_replicate"] or shard_group(v["dp"], v["cp"], v["dp_replicate"]) < 2:   # as DP allows
                 v["dp_replicate"] = 1
                 label += " (no hybrid sharding: it needs DP-replicate to divide DP)" * (base["dp_replicate"] > 1)
             out.append((label, v))
@@ -64,8 +64,8 @@ def _hybrid(base: dict) -> list[tuple[str, dict]]:
     r, d, cp = base["dp_replicate"], base["dp"], base["cp"]
     out = [] if r == 1 else [("ZeRO over all DP ranks (no hybrid sharding)", {**base, "dp_replicate": 1})]
     for new in (r * 2, r // 2):
-        if new > 1 and d % new == 0 and d // new * cp >= 2:
-            out.append((f"hybrid sharding: {new} replicas of {d // new * cp}-rank shard groups",
+        if new > 1 and d % new == 0 and shard_group(d, cp, new) >= 2:
+            out.append((f"hybrid sharding: {new} replicas of {shard_group(d, cp, new)}-rank shard groups",
                         {**base, "dp_replicate": new}))
     return out
 

@@ -12,7 +12,7 @@ from planner.cost import params as P
 from planner.cost.pipeline import (block_recompute_share, chunk_layers, first_chunk_in_flight, in_flight_layers,
                                    layers_per_stage, stage_layers)
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Precision, recompute_codes
+from planner.specs.strategy import Precision, recompute_codes, shard_group
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -172,8 +172,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     zero3 = np.asarray(zero) >= 3
 
     best_parts, best_total, best_stage = None, None, None
-    shard_group = np.maximum(d // np.asarray(dp_replicate), 1) * c   # ranks a ZeRO shard spans (HSDP: a group)
-    for states, layers_r, r in zip(stage_state_bytes(m, t, p, shard_group, zero, precision), layers, stage_idx):
+    shards = shard_group(d, c, dp_replicate)
+    for states, layers_r, r in zip(stage_state_bytes(m, t, p, shards, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.
         f = np.where(full, block_recompute_share(layers_r, recompute_layers, chunk, vpp), 1.0)

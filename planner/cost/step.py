@@ -29,7 +29,7 @@ from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import (DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime,
-                                     pp_next_launchable, recompute_codes)
+                                     pp_next_launchable, recompute_codes, shard_group)
 
 TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
@@ -278,7 +278,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
     # ZeRO shards over the DP x CP ranks that hold the same weights, or over one shard group of them (HSDP)
-    opt_params = params_stage / np.where(z >= 1, np.maximum(d // c["dp_replicate"], 1) * cp, 1)
+    opt_params = params_stage / np.where(z >= 1, shard_group(d, cp, c["dp_replicate"]), 1)
     hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
@@ -342,8 +342,8 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # stream (Megatron-Core param_and_grad_buffer: reduce-scatter in the distributed-optimizer instance, all-reduce
     # across instances; FSDP2 HSDP: reduce-scatter over dp_shard, all-reduce over dp_replicate).
     r = c.get("dp_replicate", 1)
-    shard_d = np.maximum(d // r, 1)
-    replicas = shard_d * cp
+    replicas = shard_group(d, cp, r)
+    shard_d = replicas // cp                          # its DP ranks
     group = comm.nested_span(cp, t, shard_d, dp_stride, hw, rt.hierarchical_collectives, _world(c))
     rep_stride = dp_stride * shard_d
     rep_group = comm.span(r, rep_stride, hw, rt.hierarchical_collectives, _world(c))

@@ -42,6 +42,13 @@ def pp_next_launchable(cp, pp, zero):
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
 
+def shard_group(dp, cp, dp_replicate):
+    """Ranks one ZeRO shard group spans: the DP x CP ranks that hold the same weights, or under hybrid sharding the
+    inner DP / dp_replicate of them with their CP ranks. A degree that does not divide DP (a validity rule) rounds
+    down, to at least one DP rank. Arrays broadcast."""
+    return np.maximum(np.asarray(dp) // np.asarray(dp_replicate), 1) * np.asarray(cp)
+
+
 def recompute_label(recompute: str, layers: int = 0) -> str:
     """none, selective, full, op, or full(k): full recompute of the first k layers of each pipeline chunk."""
     return f"{recompute}({int(layers)})" if layers else str(recompute)
