@@ -148,8 +148,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
             f"global batch {job.global_batch} sequence{'s' * (job.global_batch != 1)} ({_binary_count(job.tokens_per_step)} tokens); "
             f"memory limit {cap:.1f} GiB per GPU")
     if len(result.table):
-        out.print(layouts_table(result.table.head(top), head))
-        if (result.table.head(top)["dp_replicate"] > 1).any():
+        rows = result.table.head(top)
+        out.print(layouts_table(rows, head))
+        if (rows["dp_replicate"] > 1).any():
             out.print(HSDP_LEGEND)
         out.print(why_first(result.table))
         if note := price_note(result.table):
