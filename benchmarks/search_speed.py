@@ -45,7 +45,7 @@ def python_loop_rate(sample: int = 400) -> tuple[float, float]:
 
     from planner import constraints
     from planner.cost.step import KNOBS, step_columns
-    from planner.search import enumerate_candidates, make_job
+    from planner.candidates import enumerate_candidates, make_job
     from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
 
@@ -71,7 +71,8 @@ import resource, time
 import numpy as np
 from planner import constraints
 from planner.cost.step import KNOBS, step_columns
-from planner.search import CHUNK_ROWS, enumerate_candidates, make_job
+from planner.candidates import enumerate_candidates, make_job
+from planner.search import CHUNK_ROWS
 from planner.specs.hardware import load_hardware
 from planner.specs.model import load_model
 m, hw = load_model("405b"), load_hardware("h100-sxm")

@@ -1,9 +1,10 @@
 """planner: a capacity planner for distributed LLM training. The public API; nothing is defined here."""
 
+from planner.candidates import Pins
 from planner.errors import PlannerError
 from planner.evaluate import Evaluation, evaluate
 from planner.notebook import style
-from planner.search import Pins, SearchResult, run_search, search
+from planner.search import SearchResult, run_search, search
 from planner.specs.hardware import HardwareSpec, list_hardware, load_hardware
 from planner.specs.model import ModelSpec, list_models, load_model
 from planner.specs.strategy import Job, Layout, Precision, Runtime

@@ -133,8 +133,9 @@ def plan(
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     network = network_flags(nics_per_node, nic_gbit_per_s)
     from planner import report
+    from planner.candidates import Pins
     from planner.evaluate import evaluate
-    from planner.search import Pins, min_gpus_text, require_valid, run_search
+    from planner.search import min_gpus_text, require_valid, run_search
     from planner.specs.hardware import parse_hardware_list
     from planner.specs.strategy import recompute_code, zero_code
 

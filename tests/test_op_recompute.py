@@ -14,7 +14,8 @@ from cli_contract import assert_mentions, bad
 from planner.cli import app
 from planner.cost import flops, memory
 from planner.cost.step import step_columns
-from planner.search import Pins, run_search
+from planner.candidates import Pins
+from planner.search import run_search
 from planner.specs.hardware import load_hardware
 from planner.specs.model import load_model
 from planner.specs.strategy import Job, Precision

@@ -243,7 +243,8 @@ def test_gb200_jobs_beyond_one_domain_are_placed_in_segments_and_say_so():
     group of 2 at stride 8 is split where its 16-rank block straddles the domains (ranks 64-79): one rank on each,
     on the NICs. 64 GPUs sit inside one domain: no segment line."""
     from planner.explain import placement_lines
-    from planner.search import Pins, run_search
+    from planner.candidates import Pins
+    from planner.search import run_search
 
     res = run_search("70b", 256, hardware="gb200", pins=Pins(tp=2, pp=1, dp=128))
     lines = placement_lines(res.table.iloc[0].to_dict(), res.hardware)

@@ -6,7 +6,8 @@ import pytest
 from planner.constraints import FIT_REASON, round_batch
 from planner.errors import PlannerError
 from planner.evaluate import evaluate
-from planner.search import Pins, enumerate_candidates, make_job, run_search, search
+from planner.candidates import Pins, enumerate_candidates, make_job
+from planner.search import run_search, search
 from planner.specs.model import load_model
 
 

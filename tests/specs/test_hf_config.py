@@ -129,7 +129,7 @@ def test_hf_head_dim_defaults_are_transformers_own(tmp_path):
 def test_hf_sliding_window_bounds_the_sequence(tmp_path):
     """Mistral 7B v0.1 attends within 4,096 tokens: planned at up to 4,096 (where the window is full attention),
     refused beyond; Qwen2's window counts only with use_sliding_window true."""
-    from planner.search import make_job
+    from planner.candidates import make_job
     m = load_model(write_config(tmp_path, MISTRAL_7B_CONFIG))
     assert m.sliding_window == 4096 and make_job(m, 8).seq_len == 4096
     with pytest.raises(PlannerError) as info:
@@ -147,7 +147,7 @@ def test_hf_sliding_window_bounds_the_sequence(tmp_path):
 
 def test_learned_positions_bound_the_sequence(tmp_path):
     """GPT-2 learns 1,024 positions: a longer --seq-len has no position embedding to use."""
-    from planner.search import make_job
+    from planner.candidates import make_job
     m = load_model(write_config(tmp_path, GPT2_SMALL_CONFIG))
     with pytest.raises(PlannerError, match="learns 1,024 positions"):
         make_job(m, 8, seq_len=2048)

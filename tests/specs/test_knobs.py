@@ -7,7 +7,7 @@ import pytest
 
 from planner.cost.step import KNOBS
 from planner.errors import PlannerError
-from planner.search import Pins
+from planner.candidates import Pins
 from planner.specs.strategy import KNOB_COLUMNS, LAYOUT_KNOBS, Layout, check_knobs
 from planner.validate import RunLayout
 
