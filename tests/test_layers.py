@@ -14,7 +14,8 @@ LAYERS = [
     {"specs", "specs.model", "specs.hardware", "specs.strategy"},                       # validated, immutable inputs
     {"cost", "cost.params", "cost.pipeline", "cost.flops", "cost.memory", "cost.compute", "cost.comm", "cost.step",
      "cost.budget"},                                                                    # pure closed-form functions
-    {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs", "validate"},
+    {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs",
+     "validate"},
     {"report", "validation_report", "export", "plot"},                                  # what a user reads
     {"flags", "cli", "__main__", ""},                                                   # the edge ("" = planner/__init__)
 ]
