@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import field, fields, make_dataclass, replace
-from itertools import product
 
 import numpy as np
 
@@ -152,10 +151,14 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
     shardings = [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None] or [(z, r) for z in zs]  # the
     # last: no ZeRO is possible (DP x CP = 1), so the rules reject the pinned degree with its reason
     names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero", "dp_replicate")
-    grid = np.array([(*row[:-1], *row[-1]) for row in product([tp], [cp], [pp], [dp], mbs, vpps, sps, rcs, shardings)],
-                    dtype=np.int64)
-    grid, k = _with_recompute_layers(grid.reshape(-1, len(names)), pins, model.layers, names.index("recompute"),
-                                     names.index("pp"), names.index("vpp"))
+    # every combination, in itertools.product's order (the last knob varies fastest), without a Python loop
+    axes = [np.asarray(a, dtype=np.int64) for a in (mbs, vpps, sps, rcs, range(len(shardings)))]
+    pick = np.indices([len(a) for a in axes]).reshape(len(axes), -1)
+    shards = np.asarray(shardings, dtype=np.int64).reshape(-1, 2)[pick[-1]]
+    grid = np.column_stack([np.full(pick.shape[1], x, dtype=np.int64) for x in (tp, cp, pp, dp)]
+                           + [a[i] for a, i in zip(axes[:-1], pick[:-1])] + [shards[:, 0], shards[:, 1]])
+    grid, k = _with_recompute_layers(grid, pins, model.layers, names.index("recompute"), names.index("pp"),
+                                     names.index("vpp"))
     cols = {n: grid[:, i] for i, n in enumerate(names)}
     return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
 
