@@ -153,7 +153,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         if (rows["dp_replicate"] > 1).any():
             out.print(HSDP_LEGEND)
         out.print(why_first(result.table))
-        if note := price_note(result.table):
+        if note := price_note(result.table, hw.name):
             out.print(note)
     else:
         pins = {k: v for k, v in result.pins.__dict__.items() if v is not None}
@@ -264,24 +264,34 @@ def _scaled(x, units) -> str:
     return f"{x / scale:.{digits}f}{unit}"
 
 
-def price_note(df) -> str | None:
+def price_note(df, hardware: str | None = None) -> str | None:
     """Whose prices a table's costs use: one provider's, the user's, or (a warning) several providers', which are
-    not like for like; None without costs."""
+    not like for like; and which rows have no price (a profile without one: `hardware` names it where the table has
+    no hardware column); None without costs."""
     if "price_provider" not in df or "cost_usd" not in df:
         return None
     priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
     by: dict[str, list[str]] = {}
     for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
         by.setdefault(provider, []).append(str(key))
+    notes = []
     if len(by) == 1:
         provider = next(iter(by))
-        return ("Costs use your --price-per-gpu-hour." if provider == "given" else
-                f"Costs use the profile's {provider} on-demand price (`plan hardware`; --price-per-gpu-hour for yours).")
-    if not by:
-        return None
-    listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
-    return (f"Costs use prices from different providers ({listing}), not like for like: the profiles' prices are "
-            f"dated on-demand rates (`plan hardware`).")
+        notes.append("Costs use your --price-per-gpu-hour." if provider == "given" else
+                     f"Costs use the profile's {provider} on-demand price (`plan hardware`; --price-per-gpu-hour for "
+                     "yours).")
+    elif by:
+        listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
+        notes.append(f"Costs use prices from different providers ({listing}), not like for like: the profiles' "
+                     "prices are dated on-demand rates (`plan hardware`).")
+    unpriced = df[df["cost_usd"].isna()]
+    if len(unpriced):
+        names = sorted(set(unpriced["hardware"].astype(str))) if "hardware" in unpriced else [hardware] * bool(hardware)
+        several = len(names) > 1
+        which = f"the {', '.join(names)} profile{'s' * several}" if names else "the hardware profile"
+        notes.append(f"Cost n/a: {which} {'carry' if several else 'carries'} no sourced price; --price-per-gpu-hour "
+                     f"gives one{' (to every row)' if several or len(by) else ''}.")
+    return " ".join(notes) or None
 
 
 def summary_table(df, title: str, first: str) -> Table:

@@ -315,3 +315,22 @@ def test_a_budget_under_one_step_is_refused_in_the_library_too():
             call()
     assert planner.search("8b", 8, tokens=16 * 2**20)["time_to_train_days"].notna().all()     # exactly one step
 
+
+
+def test_a_cost_of_n_a_says_which_profile_has_no_price_and_how_to_give_one():
+    from planner.report import price_note
+
+    df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
+    assert price_note(df).endswith("Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour "
+                                   "gives one (to every row).")
+    mixed = compare_hardware("8b", 8, "mi300x,gb200", tokens=1e12)
+    assert price_note(mixed) == ("Cost n/a: the gb200, mi300x profiles carry no sourced price; --price-per-gpu-hour "
+                                 "gives one (to every row).")
+    assert price_note(compare_hardware("8b", 8, "mi300x,gb200", tokens=1e12, price_usd_per_gpu_hour=2.0)) == \
+        "Costs use your --price-per-gpu-hour."
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "mi300x", "--tokens", "1T"])
+    assert res.exit_code == 0
+    assert "Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour gives one." in \
+        " ".join(res.output.split())
+    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm", "--tokens", "1T"])
+    assert res.exit_code == 0 and "Cost n/a" not in res.output
