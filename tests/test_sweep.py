@@ -334,3 +334,17 @@ def test_a_cost_of_n_a_says_which_profile_has_no_price_and_how_to_give_one():
         " ".join(res.output.split())
     res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm", "--tokens", "1T"])
     assert res.exit_code == 0 and "Cost n/a" not in res.output
+
+
+def test_rows_where_nothing_fits_are_not_called_unpriced():
+    """A row without a fitting layout has no cost because it has no rate, not for want of a price."""
+    from planner.report import price_note
+
+    df = compare_hardware("70b", 16, "h100-sxm,b200,mi300x", tokens=1e12)
+    assert not df.set_index("hardware").loc["h100-sxm", "fits"]                      # 70B on 16 H100s: none fits
+    assert price_note(df).endswith("Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour "
+                                   "gives one (to every row).")
+    given = compare_hardware("70b", 16, "h100-sxm,b200", tokens=1e12, price_usd_per_gpu_hour=3.0)
+    assert price_note(given) == "Costs use your --price-per-gpu-hour."
+    res = runner.invoke(app, ["sweep", "--model", "70b", "--gpus", "8..32", "--tokens", "1T"])
+    assert res.exit_code == 0 and "Cost n/a" not in res.output
