@@ -54,44 +54,63 @@ def _order_note(framework: str, row) -> str | None:
             f"{framework} cannot launch; best_supported prices a search's layouts in {framework}'s own order")
 
 
-def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
-    """Why `framework` cannot run this layout as planned (in mixed precision `dtype`), or None."""
+def blockers(framework: str, row, dtype: str = "bf16") -> list[str]:
+    """Every reason `framework` cannot run this layout as planned (in mixed precision `dtype`); empty if it can."""
+    why = []
     pp, vpp, zero, tp = int(row["pp"]), int(row["vpp"]), int(row["zero_stage"]), int(row["tp"])
     if framework != "torchtitan" and row.get("recompute") == "op":
-        return f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)"
+        why.append(f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)")
     if framework == "megatron" and pp > 1 and zero >= 2:
         # Megatron-FSDP and pipeline parallelism are mutually exclusive (Megatron-LM PR #6081's run script).
-        return "Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism"
+        why.append("Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism")
     if framework == "deepspeed":
         if int(row.get("dp_replicate", 1)) > 1:
             # DeepSpeed 0.19 rejects zero_optimization.mics_shard_size ("MiCS ZeRO-3 sharding has been removed");
             # ZeRO++ hpZ keeps a second copy of the parameters only, not the plan's per-group states.
-            return ("DeepSpeed shards over all data-parallel ranks: its hybrid sharding (MiCS) was removed, and "
-                    "ZeRO++ hpZ shards only a second copy of the parameters per group")
+            why.append("DeepSpeed shards over all data-parallel ranks: its hybrid sharding (MiCS) was removed, and "
+                       "ZeRO++ hpZ shards only a second copy of the parameters per group")
         if int(row.get("cp", 1)) > 1:
-            return "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)"
+            why.append("DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead)")
         if pp > 1 and zero >= 2:
-            return "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only"
+            why.append("DeepSpeed's pipeline engine supports ZeRO stages 0-1 only")
         if vpp > 1:
-            return "DeepSpeed's pipeline engine has no interleaved schedule"
+            why.append("DeepSpeed's pipeline engine has no interleaved schedule")
         if zero == 0 and not _fp16(dtype) and pp > 1 and int(row["dp"]) > 1:
             # engine.py _do_optimizer_sanity_check: the pipeline engine's bf16 without ZeRO is BF16_Optimizer, which
             # partitions the fp32 master weights and Adam states over DP: ZeRO-1's memory and traffic, not ZeRO-0's.
             # (Without PP, DeepSpeed >= 0.17.6 runs it unsharded as DDP_BFLOAT16: deepspeed_config notes that.)
-            return ("DeepSpeed's pipeline engine runs bf16 without ZeRO through BF16_Optimizer, which shards the "
-                    "optimizer state over DP like ZeRO-1")
+            why.append("DeepSpeed's pipeline engine runs bf16 without ZeRO through BF16_Optimizer, which shards the "
+                       "optimizer state over DP like ZeRO-1")
     if framework == "torchtitan":
         if int(row.get("cp", 1)) > 1 and zero == 0:
-            return "torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1"
+            why.append("torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1")
         if zero == 0 and (tp > 1 or pp > 1):
             # parallelize.py: DDP "has not supported > 1D parallelism"
-            return "torchtitan's DDP (ZeRO-0) runs on a one-dimensional mesh only, not with TP or PP"
+            why.append("torchtitan's DDP (ZeRO-0) runs on a one-dimensional mesh only, not with TP or PP")
         if zero == 1:
-            return "torchtitan has no ZeRO-1 (its FSDP shards gradients too)"
+            why.append("torchtitan has no ZeRO-1 (its FSDP shards gradients too)")
         if tp > 1 and not row["sequence_parallel"]:
-            return ("torchtitan 0.2.x's tensor parallelism always shards the sequence "
-                    "(0.3 adds enable_sequence_parallel)")
-    return None
+            why.append("torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds "
+                       "enable_sequence_parallel)")
+    return why
+
+
+def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
+    """Why `framework` cannot run this layout as planned (in mixed precision `dtype`), or None: its first blocker."""
+    return next(iter(blockers(framework, row, dtype)), None)
+
+
+def _blocking(framework: str, table, dtype: str) -> str:
+    """What keeps `framework` from every fitting layout of `table` (each has a blocker): a reason they all share
+    (a pinned knob's, say), else each first reason with the number of layouts it stops, most first."""
+    found = [blockers(framework, r, dtype) for _, r in table.iterrows()]
+    shared = set(found[0]).intersection(*found[1:])
+    if shared:
+        return next(w for w in found[0] if w in shared)
+    counts: dict[str, int] = {}
+    for why in found:
+        counts[why[0]] = counts.get(why[0], 0) + 1
+    return "; ".join(f"{w}: {n:,} of {len(found):,} layouts" for w, n in sorted(counts.items(), key=lambda x: -x[1]))
 
 
 def _priced_attention(runtime: Runtime) -> str | None:
@@ -445,7 +464,7 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         if best is None or again["tokens_per_s"] > best["tokens_per_s"]:
             best, reordered = again, True
     if best is None:
-        why = unsupported(framework, table.iloc[0], dtype) if len(table) else "no layout fits in memory"
+        why = _blocking(framework, table, dtype) if len(table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     overall = table.iloc[0]
     text, notes = export(framework, best, result.model, result.job, result.runtime, dtype,

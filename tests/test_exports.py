@@ -270,3 +270,25 @@ def test_a_search_prices_pp_next_to_tp_only_where_a_framework_launches_it():
     text, notes = best_supported("megatron", forced)                # priced again in an order it launches
     assert "--use-tp-pp-dp-mapping" not in text and "cannot launch" not in text
 
+
+
+def test_a_refused_export_names_what_blocks_every_layout():
+    """Every fitting layout must be blocked for the export to be refused; the message names the reason they all
+    share (the pinned VPP here, not ZeRO-2/3, which only some rows have), else each first reason with its count."""
+    import pandas as pd
+
+    from planner.export import _blocking, blockers
+
+    res = runner.invoke(app, ["--model", "70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--dp", "4", "--vpp", "2",
+                              "--export", "deepspeed"])
+    assert res.exit_code == 2
+    assert "(DeepSpeed's pipeline engine has no interleaved schedule)" in " ".join(res.output.split())
+    base = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",
+            "sequence_parallel": True}
+    rows = pd.DataFrame([{**base, "vpp": 2, "zero_stage": 3}, {**base, "cp": 2}, {**base, "cp": 2, "vpp": 2}])
+    assert blockers("deepspeed", rows.iloc[0]) == ["DeepSpeed's pipeline engine supports ZeRO stages 0-1 only",
+                                                   "DeepSpeed's pipeline engine has no interleaved schedule"]
+    assert _blocking("deepspeed", rows, "bf16") == (                        # no shared reason: most first
+        "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead): 2 of 3 "
+        "layouts; DeepSpeed's pipeline engine supports ZeRO stages 0-1 only: 1 of 3 layouts")
+    assert _blocking("deepspeed", rows.iloc[1:], "bf16").startswith("DeepSpeed has no context parallelism")
