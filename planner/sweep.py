@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -211,16 +212,23 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     pins = pop_pins(search_kwargs, "compare_hardware", ("model", "gpus", "hardware", "find_min_gpus"))
     m = load_model(model)
     runtime = search_kwargs.get("runtime") or Runtime()
-    profiles, given = [], {}
+    profiles, given = [], {}                      # given: a profile name -> [(index, name or spec, label)]
     for name in names:                            # every profile checked before any search
         hw = load_hardware(name)
         label = repr(name) if isinstance(name, str) else f"a HardwareSpec named {hw.name!r}"
-        if hw.name in given:                      # two names (or aliases) of one profile would be a duplicate row
-            rename = ("" if isinstance(name, str) else
-                      " (give a changed copy its own name: dataclasses.replace(hw, name=...))")
-            raise PlannerError("--hardware", f"{given[hw.name]} and {label} are the same profile ({hw.name}); "
-                                             f"expected each profile once{rename}")
-        given[hw.name] = label
+        namesakes = given.setdefault(hw.name, [])
+        for i, source, earlier in namesakes:
+            if replace(profiles[i], name=hw.name) == hw or not (isinstance(name, str) and isinstance(source, str)):
+                # two names (or aliases) of one profile would be a duplicate row
+                rename = ("" if isinstance(name, str) else
+                          " (give a changed copy its own name: dataclasses.replace(hw, name=...))")
+                raise PlannerError("--hardware", f"{earlier} and {label} are the same profile ({hw.name}); "
+                                                 f"expected each profile once{rename}")
+        if namesakes:                             # different files that share a name: rows told apart by path
+            for i, source, _ in namesakes:
+                profiles[i] = replace(profiles[i], name=f"{hw.name} ({source})")
+            hw = replace(hw, name=f"{hw.name} ({name})")
+        namesakes.append((len(profiles), name, label))
         runtime.for_hardware(hw)                  # a runtime feature a profile cannot run is the caller's error
         profiles.append(hw)
     rows, errors = [], []

@@ -1,6 +1,7 @@
 """plan sweep, hardware comparison and the time/money/energy budget."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -348,3 +349,21 @@ def test_rows_where_nothing_fits_are_not_called_unpriced():
     assert price_note(given) == "Costs use your --price-per-gpu-hour."
     res = runner.invoke(app, ["sweep", "--model", "70b", "--gpus", "8..32", "--tokens", "1T"])
     assert res.exit_code == 0 and "Cost n/a" not in res.output
+
+
+def test_different_hardware_files_that_share_a_name_are_compared_by_path(tmp_path):
+    """Two files named alike but with different numbers are two profiles (rows labelled by path); an identical
+    copy is the same profile, listed twice."""
+    text = (Path(__file__).resolve().parents[1] / "hardware_specs" / "h100-sxm.yaml").read_text()
+    text = text.replace("name: h100-sxm", "name: my-h100", 1)
+    assert "gpus_per_node: 8" in text
+    eight, four, copy = tmp_path / "eight.yaml", tmp_path / "four.yaml", tmp_path / "copy.yaml"
+    eight.write_text(text)
+    four.write_text(text.replace("gpus_per_node: 8", "gpus_per_node: 4", 1))
+    copy.write_text(text)
+    df = compare_hardware("70b", 64, f"{eight},{four}")
+    assert set(df.hardware) == {f"my-h100 ({eight})", f"my-h100 ({four})"}
+    steps = df.set_index("hardware")["step_time_s"]
+    assert steps[f"my-h100 ({four})"] > steps[f"my-h100 ({eight})"]       # half the NVLink domain: slower
+    with pytest.raises(PlannerError, match="are the same profile \\(my-h100\\)"):
+        compare_hardware("70b", 64, f"{eight},{four},{copy}")
