@@ -10,6 +10,7 @@ from planner.cost.step import KNOBS, step_columns
 from planner.specs.strategy import RECOMPUTE, SEARCHED_RECOMPUTE, shard_group
 
 GIB = 2**30
+PARTIAL = "full recompute of "         # the label of a partial-recompute variant, before its layer count
 
 
 def _variants(row, m) -> list[tuple[str, dict]]:
@@ -23,10 +24,11 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     for rc in (RECOMPUTE.index(name) for name in SEARCHED_RECOMPUTE):
         if rc != base["recompute"] or (rc == full and base["rc_layers"]):
             out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc, "rc_layers": 0}))
-    # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full.
+    # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full. Every
+    # count is priced; suggestions keeps the fastest that fits (the fewest layers recomputed that fit).
     chunk = int(chunk_layers(m.layers, base["pp"], base["vpp"]))
-    for k in sorted({-(-chunk * q // 4) for q in (1, 2, 3)} - {chunk, base["rc_layers"]}):   # quarters of a chunk
-        out.append((f"full recompute of {k} of {chunk} layers per chunk", {**base, "recompute": full, "rc_layers": k}))
+    for k in sorted(set(range(1, chunk)) - {base["rc_layers"]}):
+        out.append((f"{PARTIAL}{k} of {chunk} layers per chunk", {**base, "recompute": full, "rc_layers": k}))
     if base["tp"] > 1:
         out.append(("sequence parallelism " + ("off" if base["sp"] else "on"), {**base, "sp": 1 - base["sp"]}))
     if base["dp"] * base["cp"] > 1:
@@ -94,9 +96,17 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     out = step_columns(res.model, res.hardware, res.job, cols, precision=res.precision, runtime=res.runtime)
     cap = res.capacity_bytes
     base_mem, base_step = row["memory_gib"] * GIB, row["step_time_s"]
+    # Of the partial-recompute counts, only the fastest that fits is worth a line (the others are slower or do not
+    # fit); when none fits, none is shown.
+    partial = np.array([label.startswith(PARTIAL) for label, _ in variants])
+    fitting = valid & (out["memory_bytes"] <= cap)
+    candidates = np.flatnonzero(partial & fitting)
+    keep = ~partial
+    if len(candidates):
+        keep[candidates[np.argmin(out["step_time_s"][candidates])]] = True
     lines = []
     for i, (label, _) in enumerate(variants):
-        if not valid[i]:
+        if not (valid[i] and keep[i]):
             continue
         mem, step = out["memory_bytes"][i], out["step_time_s"][i]
         fits = mem <= cap
