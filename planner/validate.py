@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, field_validator, model_validator
 
 from planner.cost import flops
 from planner.cost.params import total_params
@@ -25,7 +25,7 @@ from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
-from planner.specs.hardware import GIB, RANGES, bytes_to_gbit, gbit_to_bytes, load_hardware
+from planner.specs.hardware import GIB, RANGES, bundled_names, bytes_to_gbit, gbit_to_bytes, load_hardware
 from planner.specs.model import ModelFile, preset_file
 from planner.specs.strategy import (FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, Precision, Runtime,
                                     check_knobs)
@@ -154,6 +154,15 @@ class ValidationRun(_Strict):
             for key in ("global_batch", "global_batch_tokens"):
                 merged.pop(key, None)
         return {**data, "model": {**merged, **fields}}
+
+    @field_validator("hardware")
+    @classmethod
+    def _profile_name(cls, text: str) -> str:
+        """A bundled profile's alias (h100) as its name (h100-sxm), so that one profile shows under one name; a
+        path, or a name no profile has (reported when the run is predicted), stays as given."""
+        if text.strip().lower() in bundled_names():
+            return load_hardware(text).name
+        return text
 
     @model_validator(mode="after")
     def _complete(self) -> "ValidationRun":

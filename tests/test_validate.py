@@ -1,6 +1,7 @@
 """Fidelity against published measured runs (planner/data/published_runs.yaml): levels, trends, memory, CLI."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,6 +165,23 @@ def test_a_users_run_may_name_a_preset_for_its_model(tmp_path, capsys):
     run["model"]["preset"] = "9b"
     path.write_text(yaml.safe_dump({"runs": [run]}))
     assert_mentions(bad_line(capsys, "validate", str(path)), "model.preset", "'9b'", "plan models")
+
+
+def test_a_runs_hardware_alias_shows_as_the_profiles_name(tmp_path):
+    """`hardware: a100` is the a100-80gb profile: the table, JSON and CSV name it a100-80gb, as every other output
+    does; a path to a profile file stays as given."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "korthikanti2022_175b_full_recompute")
+    assert run["hardware"] == "a100-80gb"
+    copy = tmp_path / "mine-a100.yaml"
+    copy.write_text((Path(__file__).resolve().parents[1] / "hardware_specs" / "a100-80gb.yaml").read_text())
+    runs = [{**run, "id": "alias", "hardware": "A100"}, {**run, "id": "path", "hardware": str(copy)}]
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": runs}))
+    assert [r.hardware for r in load_runs_file(path).runs] == ["a100-80gb", str(copy)]
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--format", "json"]).stdout)
+    assert [r["hardware"] for r in doc["runs"]] == ["a100-80gb", str(copy)]
+    assert doc["runs"][0]["throughput_error"] == doc["runs"][1]["throughput_error"]
 
 
 def _no_json_constants(name):

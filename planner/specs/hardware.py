@@ -346,6 +346,11 @@ def _bundled() -> dict[str, Path]:
     return index
 
 
+def bundled_names() -> frozenset[str]:
+    """Every name and alias (lower case) that --hardware resolves to a bundled profile."""
+    return frozenset(_bundled())
+
+
 def hardware_aliases() -> dict[str, list[str]]:
     """Each bundled profile's name -> the other names --hardware takes for it (as `plan models` lists a preset's)."""
     by_path: dict[Path, list[str]] = {}
