@@ -151,7 +151,12 @@ def _frame(rows: list[dict], errors: list):
     import pandas as pd
 
     if all(e is not None for e in errors):
-        raise errors[0]
+        if len({e.message for e in errors}) == 1:          # one reason for all (one count, or one on every profile)
+            raise errors[0]
+        what = ("GPU counts", "gpus") if "hardware" not in rows[0] else ("profiles", "hardware")
+        listed = ", ".join(f"{r[what[1]]:,}" if what[1] == "gpus" else str(r[what[1]]) for r in rows)
+        raise PlannerError(errors[0].field, f"none of the {len(rows)} {what[0]} ({listed}) has a valid layout; the "
+                                            f"first: {errors[0].message}")
     df = pd.DataFrame(rows)
     ok = next(r for r in rows if r["status"] == "ok") if "ok" in df["status"].values else {}
     # the columns in a fitting row's order, whichever row comes first (CSV readers go by position)

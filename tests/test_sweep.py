@@ -182,7 +182,8 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
     assert list(sweep("8b", "8", pins=Pins(tp=4)).tp) == [4]
     with pytest.raises(PlannerError, match="^tp: given both"):
         sweep("8b", "8", tp=2, pins=Pins(tp=4))
-    with pytest.raises(PlannerError, match=r"^tp: tp\(3\) does not divide gpus\(8\)"):
+    with pytest.raises(PlannerError, match=r"^tp: none of the 2 GPU counts \(8, 16\) has a valid layout; the "
+                                           r"first: tp\(3\) does not divide gpus\(8\)"):
         sweep("8b", "8,16", tp=3)                                # no count can take it: bad input
     df = sweep("8b", "8,12", tp=8)                               # one count can: the other row says why
     assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "tp: tp(8) does not divide gpus(12)"
@@ -367,3 +368,18 @@ def test_different_hardware_files_that_share_a_name_are_compared_by_path(tmp_pat
     assert steps[f"my-h100 ({four})"] > steps[f"my-h100 ({eight})"]       # half the NVLink domain: slower
     with pytest.raises(PlannerError, match="are the same profile \\(my-h100\\)"):
         compare_hardware("70b", 64, f"{eight},{four},{copy}")
+
+
+def test_when_no_count_or_profile_has_a_valid_layout_the_error_lists_them_all(capsys):
+    """8B on 7, 11 and 13 GPUs (primes: no layout divides the 2,048-sequence batch): one line naming every count,
+    then the first count's reasons; one count alone, or one reason on every profile, keeps its own message."""
+    with pytest.raises(PlannerError) as exc:
+        sweep("8b", [7, 11, 13])
+    assert exc.value.field == "gpus"
+    assert exc.value.message.startswith("none of the 3 GPU counts (7, 11, 13) has a valid layout; the first: no "
+                                        "valid layout of llama-3.1-8b on 7 GPUs: ")
+    with pytest.raises(PlannerError, match=r"^gpus: no valid layout of llama-3.1-8b on 7 GPUs"):
+        compare_hardware("8b", 7, "h100-sxm,b200")                        # the same reason on both
+    with pytest.raises(PlannerError) as exc:
+        sweep("8b", [7])
+    assert exc.value.message.startswith("no valid layout of llama-3.1-8b on 7 GPUs: ")
