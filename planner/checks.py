@@ -16,6 +16,15 @@ def is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
 
 
+MAX_COUNT = 1e30         # tokens and batch tokens: far beyond any training run, and finite in float arithmetic
+
+
+def shown(value) -> str:
+    """A value for an error message: repr, with a huge integer as its digit count (10**400 is 401 digits)."""
+    text = repr(value)
+    return f"a {len(text)}-digit integer" if isinstance(value, int) and len(text) > 32 else text
+
+
 def is_real(value) -> bool:
     """A real number: int, float or a numpy integer or float (numbers.Real), not True/False."""
     return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
@@ -47,7 +56,7 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
     value = Decimal(match.group(1)) * _SUFFIX[suffix]          # exact: 8.2T is 8,200,000,000,000 (floats: ...999.999)
-    if value > Decimal("1e30"):
+    if value > Decimal("1e30"):              # MAX_COUNT
         raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
     if value < 1 or value != value.to_integral_value():
         raise PlannerError(flag, f"got {text!r}, expected a positive whole number")

@@ -17,10 +17,13 @@ from planner.specs.strategy import RECOMPUTE, Job
 
 
 def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
-          flash_attention: bool = True):
+          flash_attention: bool | None = None):
     """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero, or a result
-    table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job)."""
+    table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job). FlashAttention: as
+    the runtime prices it; None follows the hardware (Runtime.for_hardware), as the search does by default."""
     c, hw = knob_columns(c), hw.for_job(job.gpus)
+    if flash_attention is None:
+        flash_attention = hw.fused_attention
     t, cp, p, d, b, v, sp, z, r = (np.asarray(c[k]) for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp",
                                                                  "zero", "dp_replicate"))
     s, gpn = job.seq_len, hw.gpus_per_node

@@ -27,7 +27,7 @@ KEYWORD_FLAGS = {
     "sequence_parallel": "--sequence-parallel", "recompute": "--recompute", "recompute_layers": "--recompute-layers",
     "zero_stage": "--zero", "tokens": "--tokens", "price_usd_per_gpu_hour": "--price-per-gpu-hour", "pue": "--pue",
     "sort": "--sort", "allow_cross_node_tp": "--allow-cross-node-tp", "flash_attention": "--flash-attention",
-    "flash_attention_gen": "--flash-attention-gen",
+    "flash_attention_gen": "--flash-attention-gen", "dp_replicate": "--dp-replicate",
 }
 _FLAG_KEYWORDS = {flag: kw for kw, flag in KEYWORD_FLAGS.items()}
 

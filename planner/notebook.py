@@ -50,7 +50,7 @@ def style(df, columns=None) -> StyledTable:
     for c in cols:
         if c in _FORMATS:
             fmt = _FORMATS[c]
-            view[c] = [fmt.format(v) if v == v else "-" for v in view[c]]   # v != v: NaN
+            view[c] = [fmt.format(v) if not pd.isna(v) else "-" for v in view[c]]     # NaN, None or pd.NA
     return StyledTable(view)
 
 

@@ -181,7 +181,7 @@ def _result_keys():
              "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
 
 
-def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=True):
+def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=None):
     """The valid candidates of `cols`, CHUNK_ROWS rows at a time (arrays stay small at any GPU count); each
     rejected candidate is counted under the first rule it breaks in `rejected`, when given."""
     for start in range(0, len(cols["tp"]), CHUNK_ROWS):

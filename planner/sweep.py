@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import replace
 
 import numpy as np
 
-from planner.checks import checked_int, is_int, is_real, parse_count
+from planner.checks import MAX_COUNT, checked_int, is_int, is_real, parse_count, shown
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError, library_api
@@ -16,6 +15,7 @@ from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS, Runtime
 
 MAX_SWEEP_POINTS = 64
+MAX_PRICE_USD_PER_GPU_HOUR = 1e6       # above this a price is a typo (and costs stay finite)
 
 
 def parse_gpu_counts(text: str) -> list[int]:
@@ -56,11 +56,13 @@ def parse_gpu_counts(text: str) -> list[int]:
 def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) -> None:
     """The token budget and what prices it: a positive token count (or None), a positive price (or None: the
     profile's), a PUE from 1.0 to 3.0. One check for the command line (after it parses suffixes) and the library."""
-    if tokens is not None and (not is_real(tokens) or not 0 < tokens < math.inf):
-        raise PlannerError("--tokens", f"got {tokens!r}, expected a positive number of tokens (e.g. 15e12)")
+    if tokens is not None and (not is_real(tokens) or not 0 < tokens <= MAX_COUNT):
+        raise PlannerError("--tokens", f"got {shown(tokens)}, expected a positive number of tokens (e.g. 15e12), "
+                                       "at most 1e30")
     price = price_usd_per_gpu_hour
-    if price is not None and (not is_real(price) or not 0 < price < math.inf):
-        raise PlannerError("--price-per-gpu-hour", f"got {price!r}, expected a positive number of USD")
+    if price is not None and (not is_real(price) or not 0 < price <= MAX_PRICE_USD_PER_GPU_HOUR):
+        raise PlannerError("--price-per-gpu-hour", f"got {shown(price)}, expected a positive number of USD, at "
+                                                   f"most {MAX_PRICE_USD_PER_GPU_HOUR:,.0f}")
     if not is_real(pue) or not 1.0 <= pue <= 3.0:
         raise PlannerError("--pue", f"got {pue!r}, expected a power usage effectiveness between 1.0 and 3.0")
 
@@ -223,12 +225,13 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
         label = repr(name) if isinstance(name, str) else f"a HardwareSpec named {hw.name!r}"
         namesakes = given.setdefault(hw.name, [])
         for i, source, earlier in namesakes:
-            if replace(profiles[i], name=hw.name) == hw or not (isinstance(name, str) and isinstance(source, str)):
-                # two names (or aliases) of one profile would be a duplicate row
-                rename = ("" if isinstance(name, str) else
-                          " (give a changed copy its own name: dataclasses.replace(hw, name=...))")
+            if replace(profiles[i], name=hw.name) == hw:        # two names (or aliases) of one profile
                 raise PlannerError("--hardware", f"{earlier} and {label} are the same profile ({hw.name}); "
-                                                 f"expected each profile once{rename}")
+                                                 "expected each profile once")
+            if not (isinstance(name, str) and isinstance(source, str)):      # a changed spec kept its name
+                raise PlannerError("--hardware", f"{earlier} and {label} share the name {hw.name!r} but not their "
+                                                 "numbers; expected each its own name (a changed copy: "
+                                                 "dataclasses.replace(hw, name=...))")
         if namesakes:                             # different files that share a name: rows told apart by path
             for i, source, _ in namesakes:
                 profiles[i] = replace(profiles[i], name=f"{hw.name} ({source})")

@@ -398,6 +398,12 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     """
     if not isinstance(run, ValidationRun):
         raise PlannerError("run", f"got a {type(run).__name__}, expected a ValidationRun (from planner.load_runs())")
+    caller_kwargs = set(search_kwargs)
+    taken = sorted(set(search_kwargs) & ({"global_batch", "runtime", "precision"} | _LAYOUT_FIELDS))
+    if taken:                                     # the run states these (or leaves them to the search)
+        raise PlannerError(taken[0], "is the run's own (its model, layout, runtime or precision); give a changed "
+                                     "copy of the run instead: run.model_copy(update=...)")
+    override = None if hardware is None else load_hardware(hardware)     # the caller's mistake: raised, not recorded
     search_kwargs.setdefault("headroom_gib", 0.0)
     if run.model.global_batch is None:
         raise PlannerError(f"run {run.id}: model.global_batch", "required for validation")
@@ -410,7 +416,7 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     runtime = Runtime(**{k: v for k, v in run.runtime.model_dump().items() if v is not None})
     measured = measured_step_time_s(run)
     try:
-        hw = load_hardware(hardware or run.hardware)
+        hw = override or load_hardware(run.hardware)
         if run.network is not None:
             hw = hw.with_network(run.network.nics_per_node, gbit_to_bytes(run.network.nic_gbit_per_s))
         ev = evaluate(run.model.to_spec(), run.gpus, hardware=hw,
@@ -418,6 +424,8 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
                       runtime=runtime, precision=Precision(**run.precision.model_dump()),
                       **layout, **search_kwargs)
     except PlannerError as exc:                  # name the run file's field (evaluate names its keyword)
+        if exc.field.partition(":")[0] in caller_kwargs:
+            raise                                 # the caller's own keyword, not the run's
         field = _RUN_FIELDS.get(exc.field) or (f"layout.{exc.field}" if exc.field in _LAYOUT_FIELDS else exc.field)
         field = re.sub(r"^hardware [^:]*: network", "network", field)      # with_network names the profile
         return Prediction(run, None, measured, math.nan, searched, error=f"{field}: {exc.message}")

@@ -112,7 +112,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
     attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
     rt = rt.for_hardware(hw)
-    s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], c["recompute"]
+    s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], recompute_codes(c["recompute"])
     cp = np.asarray(c.get("cp", 1))
     s_rank = s / cp
     gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
@@ -163,7 +163,7 @@ def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtim
     a collective before attention (§3.3.2: on the critical path, small with GQA): Runtime.cp_comm_overlap = False.
     Recomputing attention (selective or full) repeats the forward exchange; the per-op policy saves attention's output.
     """
-    s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], c["recompute"]
+    s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], recompute_codes(c["recompute"])
     cp = np.asarray(c.get("cp", 1))
     kv_bytes = 2.0 * e * b * s * kv_dim_per_rank(m, t)
     group = comm.span(cp, t, hw, world=_world(c))
@@ -214,8 +214,8 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     sizes, inverse = np.unique(world, return_inverse=True)
     specs = [hw.for_job(int(n)) for n in sizes]
     placed = {spec.gpus_per_node: spec for spec in specs}
-    if len(placed) == 1:
-        return _step_columns(m, specs[0], job, c, precision, runtime)
+    if len(placed) <= 1:                        # one placement (or no rows: empty columns)
+        return _step_columns(m, specs[0] if specs else hw, job, c, precision, runtime)
     c = {k: np.broadcast_to(v, world.shape) for k, v in c.items()}
     nodes = np.array([spec.gpus_per_node for spec in specs])[inverse.reshape(world.shape)]
     parts = {g: (nodes == g, _step_columns(m, spec, job, {k: v[nodes == g] for k, v in c.items()}, precision,

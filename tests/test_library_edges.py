@@ -1,0 +1,105 @@
+"""The library at its edges, as a notebook user meets it: names where codes are expected, empty tables, hardware
+defaults, keyword names in errors, the caller's own mistakes in predict, huge numbers, nullable pandas dtypes."""
+
+import numpy as np
+import pytest
+
+import planner
+from planner import PlannerError, Runtime
+from planner.cost.step import cp_layer_times, layer_times, step_columns
+from planner.specs.strategy import Job
+
+M8, H100 = planner.load_model("8b"), planner.load_hardware("h100-sxm")
+JOB = Job(gpus=16, seq_len=8192, global_batch=64)
+LAYOUT = dict(tp=2, cp=2, micro_batch=1, sp=True)
+
+
+@pytest.mark.parametrize("fn", [layer_times, cp_layer_times])
+def test_layer_times_read_recompute_names_as_their_codes(fn):
+    """'full' is code 2, as memory and FLOPs read it; a misspelt name is an error, not 'none'."""
+    for name, code in (("none", 0), ("selective", 1), ("full", 2)):
+        by_name = fn(M8, H100, JOB, {**LAYOUT, "recompute": name}, Runtime())
+        by_code = fn(M8, H100, JOB, {**LAYOUT, "recompute": code}, Runtime())
+        assert np.allclose(by_name, by_code), name
+    full = layer_times(M8, H100, JOB, {**LAYOUT, "recompute": "full"}, Runtime())[1]
+    assert full > layer_times(M8, H100, JOB, {**LAYOUT, "recompute": "none"}, Runtime())[1]
+    with pytest.raises(PlannerError, match="^recompute: got 'fulll'"):
+        fn(M8, H100, JOB, {**LAYOUT, "recompute": "fulll"}, Runtime())
+
+
+def test_step_columns_of_no_rows_are_empty_columns():
+    """An empty selection of a search table (df[df.tp == 16]) prices to empty columns, not a StopIteration."""
+    df = planner.search(model="8b", gpus=64)
+    empty = df[df.tp == 16]
+    assert len(empty) == 0
+    out = step_columns(M8, H100, Job(gpus=64, seq_len=8192, global_batch=2048),
+                       {k: empty[k].to_numpy() for k in planner.Layout.knobs()})
+    assert out["step_time_s"].shape == (0,) and out["memory_bytes"].shape == (0,)
+
+
+def test_rules_follow_the_hardware_attention_by_default():
+    """On V100 (no fused attention) CP is invalid, as evaluate says, also when rules() is called without saying."""
+    from planner import constraints
+
+    v100 = planner.load_hardware("v100-sxm")
+    cols = {"tp": np.array([4]), "cp": np.array([2]), "pp": np.array([1]), "dp": np.array([2]),
+            "micro_batch": np.array([1]), "vpp": np.array([1]), "sp": np.array([True]),
+            "recompute": np.array([0]), "zero": np.array([1])}
+    job = Job(gpus=16, seq_len=2048, global_batch=64)
+    failed, valid = constraints.first_failure(constraints.rules(M8, v100, job, cols), 1)
+    assert not valid[0]
+    reasons = [r for r, _ in constraints.rules(M8, v100, job, cols)]
+    assert reasons[failed[0]].startswith("context parallelism needs fused (flash) attention")
+    assert constraints.first_failure(constraints.rules(M8, H100, job, cols), 1)[1][0]      # H100 has it
+
+
+@pytest.mark.parametrize("kwargs", [dict(dp_replicate=3), dict(dp_replicate=1000),
+                                    dict(zero_stage=0, dp_replicate=2)])
+def test_a_hybrid_sharding_error_names_the_keyword(kwargs):
+    with pytest.raises(PlannerError) as exc:
+        planner.search(model="8b", gpus=64, **kwargs)
+    assert exc.value.field == "dp_replicate"
+
+
+def test_predict_raises_on_the_callers_own_mistakes():
+    """The run's problems are recorded in the Prediction; the caller's bad keywords raise, naming them."""
+    run = planner.load_runs()[0]
+    with pytest.raises(PlannerError, match="^hardware: unknown hardware 'nonexistent'"):
+        planner.predict(run, hardware="nonexistent")
+    with pytest.raises(PlannerError, match="^headroom_gib: got -1"):
+        planner.predict(run, headroom_gib=-1)
+    for key, value in (("runtime", Runtime()), ("micro_batch", 1), ("global_batch", 8)):
+        with pytest.raises(PlannerError, match=f"^{key}: is the run's own"):
+            planner.predict(run, **{key: value})
+    assert planner.predict(run, headroom_gib=5).error is None
+
+
+PRICE = "price_usd_per_gpu_hour"
+
+
+@pytest.mark.parametrize("kwargs, field", [(dict(tokens=10**40), "tokens"), (dict(tokens=10**400), "tokens"),
+                                           (dict(tokens=1e12, price_usd_per_gpu_hour=10**400), PRICE),
+                                           (dict(tokens=1e12, price_usd_per_gpu_hour=1e308), PRICE)])
+def test_huge_budgets_and_prices_are_one_error_not_an_overflow(kwargs, field):
+    with pytest.raises(PlannerError) as exc:
+        planner.search(model="8b", gpus=8, **kwargs)
+    assert exc.value.field == field and "at most" in exc.value.message and len(exc.value.message) < 120
+    assert np.isfinite(planner.search(model="8b", gpus=8, tokens=1e30, price_usd_per_gpu_hour=1e6).cost_usd).all()
+
+
+def test_style_takes_nullable_pandas_dtypes():
+    """A sweep whose first counts fit nothing, converted to pandas' nullable dtypes (pd.NA), still renders."""
+    df = planner.sweep(model="70b", gpus="8..64").convert_dtypes()
+    view = planner.style(df)
+    text = str(view)
+    assert not df["fits"].iloc[0] and df["fits"].iloc[-1]
+    assert "-" in text and f"{float(df['mfu'].iloc[-1]):.1%}" in text
+
+
+def test_namesake_specs_with_different_numbers_are_not_called_the_same_profile():
+    b = planner.load_hardware("a100-80gb").with_network(4, 100e9 / 8)
+    for order in ([b, "a100-80gb"], ["a100-80gb", b]):
+        with pytest.raises(PlannerError, match="share the name 'a100-80gb' but not their numbers.*dataclasses.replace"):
+            planner.compare_hardware("8b", 64, order)
+    with pytest.raises(PlannerError, match="are the same profile"):
+        planner.compare_hardware("8b", 64, ["a100-80gb", planner.load_hardware("a100")])
