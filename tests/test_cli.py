@@ -199,9 +199,10 @@ def test_a_pinned_json_record_can_be_checked_alone():
 def test_a_plan_on_your_own_node_network(capsys):
     """--nics-per-node/--nic-gbit-per-s price the profile's GPUs on another network (HardwareSpec.with_network):
     the profile's own (DGX A100: 8 HDR NICs of 200 Gb/s) changes nothing, a quarter of it (4 x 100 Gb/s, as on
-    many cloud A100 nodes) only lengthens the DP traffic that crosses nodes, and every output names the network."""
+    many cloud A100 nodes) only lengthens the DP traffic that crosses nodes (short 1,024-token sequences, one per
+    GPU: the gradient reduction outlasts the backward), and every output names the network."""
     args = ["--model", "8b", "--gpus", "64", "--hardware", "a100-80gb", "--tp", "1", "--pp", "1", "--dp", "64",
-            "--dp-replicate", "1", "--format", "json"]
+            "--dp-replicate", "1", "--global-batch", "64", "--seq-len", "1024", "--format", "json"]
     base = json.loads(runner.invoke(app, args).stdout)
     same = json.loads(runner.invoke(app, args + ["--nics-per-node", "8", "--nic-gbit-per-s", "200"]).stdout)
     slow = json.loads(runner.invoke(app, args + ["--nics-per-node", "4", "--nic-gbit-per-s", "100"]).stdout)

@@ -2,9 +2,9 @@
 
 formulas.md §4: Thakur, Rabenseifner & Gropp 2005 (ring: (n−1)/n·S/W per reduce-scatter or all-gather, twice that
 for all-reduce); NCCL busbw convention (nccl-tests PERFORMANCE.md): the achievable per-link bandwidth is the link
-speed times the measured busbw fraction; hierarchical all-reduce across nodes (§4.3): reduce-scatter inside the
-node, all-reduce of S/k over the NICs, all-gather inside the node. Latency: NCCL's tuner model (tuning.cc): a base
-cost plus one step latency per ring step. All-reduce across many nodes can use NCCL's double binary tree, whose
+speed times the measured busbw fraction; across nodes (§4.3) the ring streams through NVLink and the NICs at once,
+so the slower sets the time (_phase_times; it reproduces the measured multi-node busbw of hardware.md §3).
+Latency: NCCL's tuner model (tuning.cc): a base cost plus one step latency per ring step. All-reduce across many nodes can use NCCL's double binary tree, whose
 latency grows with log2(nodes); reduce-scatter and all-gather are rings, whose latency grows with the group size.
 A collective issued as `count` calls (buckets, per-layer gathers) pays the latency `count` times.
 
@@ -149,11 +149,12 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
     per second, but at least by the NVLink value per byte moved: the GPU copies and reduces the same bytes either
     way, only W_net/W_node as fast, so a network phase cannot disturb compute less per byte than NVLink. Charged per
     byte, that floor covers the bandwidth time only (not the step latencies, during which no bytes move): a faster
-    NIC moves the same bytes in less time and never slows compute more. A hierarchical collective runs its phases
-    one after the other: its NVLink bytes at the NVLink value, its network bytes at least at the floor, and its step
-    latencies, NVLink steps included, at the network value (_slowdown). A ring exchange (CP) that leaves the node waits for its NIC hop at
-    every step (ring_exchange_time_s): the NVLink-hop ranks are busy W_net/W_node of each step's transfer, the NIC
-    rank at the network value: the slower rank sets the pace (`size`: the ring's ranks, by default k·M)."""
+    NIC moves the same bytes in less time and never slows compute more. A collective across nodes charges its
+    NVLink bytes at the NVLink value, its network bytes at least at the floor, and its step latencies, NVLink steps
+    included, at the network value, over its time (_slowdown). A ring exchange (CP) that leaves the node waits for
+    its NIC hop at every step (ring_exchange_time_s): the NVLink-hop ranks are busy W_net/W_node of each step's
+    transfer, the NIC rank at the network value: the slower rank sets the pace (`size`: the ring's ranks, by
+    default k·M)."""
     nodes = np.asarray(span[1])
     u_node = hw.overlap_slowdown_intra
     if np.all(nodes <= 1):
@@ -167,11 +168,11 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
 
 
 def _slowdown(parts, nodes, hw: HardwareSpec):
-    """overlap_slowdown of a hierarchical collective from its (in-node, network, in-node latency, network latency)
-    times (_collective_parts). Across nodes the bytes are charged (NVLink's at the NVLink value, the network's at
-    least at the per-byte floor) and the ring's step latencies, NVLink hops included, at the network value: the
-    ring waits on its NIC hops, and a byte costs compute the same whether it crosses the node on NVLink or on a NIC
-    (nodes of one GPU then never beat nodes of eight)."""
+    """overlap_slowdown of a collective from its (in-node, network, in-node latency, network latency) times
+    (_collective_parts), over its time (_collective_total: the two links stream at once). Across nodes the bytes
+    are charged (NVLink's at the NVLink value, the network's at least at the per-byte floor) and the ring's step
+    latencies, NVLink hops included, at the network value: the ring waits on its NIC hops, and a byte costs compute
+    the same whether it crosses the node on NVLink or on a NIC (nodes of one GPU then never beat nodes of eight)."""
     nodes = np.asarray(nodes)
     u_node = hw.overlap_slowdown_intra
     if np.all(nodes <= 1):                         # inside a node: the NVLink value, nothing to mix
@@ -179,8 +180,8 @@ def _slowdown(parts, nodes, hw: HardwareSpec):
     node, net, lat_node, lat_net = parts
     per_byte = u_node * _network_byte_ratio(hw)
     busy = u_node * node + np.maximum(hw.overlap_slowdown_inter * (net + lat_node + lat_net), per_byte * net)
-    total = node + net + lat_node + lat_net
-    return np.where(nodes > 1, busy / np.maximum(total, 1e-300), u_node)
+    total = _collective_total(parts)
+    return np.where(nodes > 1, np.minimum(busy / np.maximum(total, 1e-300), 1.0), u_node)
 
 
 def _network_byte_ratio(hw: HardwareSpec):
@@ -228,14 +229,26 @@ def _latency_parts(k, nodes, hw: HardwareSpec, rounds, tree):
 
 
 def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
-    """(in-node, network) bandwidth time of a hierarchical collective of S bytes in `count` calls (formulas.md §4.1,
-    §4.3): rounds·(k−1)/k·S/W_node and rounds·(M−1)/M·(S/k)/W_net, each slowed for small calls (see below)."""
+    """(in-node, network) bandwidth time of a collective of S bytes in `count` calls over k GPUs on each of M nodes,
+    each slowed for small calls (see below).
+
+    Inside one node: the ring's rounds·(k−1)/k·S/W_node (formulas.md §4.1). Across nodes NCCL's ring runs through
+    the node's k GPUs and out over their k NICs: every GPU moves rounds·(n−1)/n·S (n = k·M), 1/k of it over its NIC
+    and the rest over NVLink, and a node's NICs carry one GPU's worth, so the network takes rounds·(n−1)/n·S/(k·W_net)
+    and NVLink rounds·(n−1)/n·(k−1)/k·S/W_node. The chunks stream through both links at once, so the slower one
+    sets the time (the scaling book's max(S/W_gpu, S/W_node_egress), formulas.md §4.3): its bus bandwidth is
+    min(k·W_net, k/(k−1)·W_node), which reproduces the measured multi-node ring busbw of hardware.md §3 (DGX A100
+    ~192 GB/s; 4 x 8 H200 364.7; 4 x 8 B200 381.8; 248 x 8 H200 ~350), where running the two phases one after the
+    other priced 115-300 GB/s (_collective_total). The overlap slowdown still charges each link's bytes (_slowdown):
+    the GPU copies and reduces the same bytes whether or not the links run at once."""
     k, nodes = span
     w_node, w_net = node_bandwidth(k, hw), _bandwidths(hw)[1]
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
-    node = rounds * (k - 1) / k * s / w_node
-    net = rounds * (nodes - 1) / nodes * (s / k) / w_net
+    n = k * nodes
+    across = nodes > 1
+    node = rounds * np.where(across, (n - 1) / n, 1.0) * (k - 1) / k * s / w_node
+    net = np.where(across, rounds * (n - 1) / n * s / (k * w_net), 0.0)
     if hw.intra_half_bw_bytes:                 # the bundled profiles leave both at 0 (the plateau)
         node = node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
     if hw.inter_half_bw_bytes:
@@ -253,7 +266,14 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     0, the plateau: the references hold no measured curve per fabric, so collectives of a few MB are optimistic.
     """
     span = span if span is not None else _span(size, stride, hw, hierarchical)
-    return np.where(np.asarray(size) > 1, sum(_collective_parts(nbytes, span, hw, count, rounds)), 0.0)
+    return np.where(np.asarray(size) > 1, _collective_total(_collective_parts(nbytes, span, hw, count, rounds)), 0.0)
+
+
+def _collective_total(parts):
+    """A collective's time from its parts: the in-node and network phases stream at once (the slower sets the pace,
+    _phase_times), then the step latencies."""
+    node, net, lat_node, lat_net = parts
+    return np.maximum(node, net) + lat_node + lat_net
 
 
 def _collective_parts(nbytes, span, hw: HardwareSpec, count, rounds):
@@ -269,13 +289,14 @@ def overlapped_collective(nbytes, size, stride, hw: HardwareSpec, count=1, round
     all-gather, 2 for an all-reduce (the time as reduce_scatter_time_s / all_reduce_time_s)."""
     span = span if span is not None else _span(size, stride, hw, hierarchical)
     parts = _collective_parts(nbytes, span, hw, count, rounds)
-    return np.where(np.asarray(size) > 1, sum(parts), 0.0), _slowdown(parts, span[1], hw)
+    return np.where(np.asarray(size) > 1, _collective_total(parts), 0.0), _slowdown(parts, span[1], hw)
 
 
 def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):
     """Reduce-scatter (or all-gather: same cost) of S bytes in total over `size` ranks, issued as `count` calls.
 
-    Hierarchical: (k−1)/k·S/W_node inside the node, then (M−1)/M·(S/k)/W_net across M nodes (formulas.md §4.1, §4.3).
+    Across M nodes of k members: max((k−1)/k·S/W_node, (n−1)/n·S/(k·W_net)), the ring's NVLink and NIC shares
+    streaming at once (_phase_times; formulas.md §4.1, §4.3).
     A topology-unaware ring (hierarchical=False) crosses the network at every step: k = 1 once the group leaves a node.
     """
     return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 1, span)
