@@ -295,7 +295,9 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
-          "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw))}
+          "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw)),
+          # pipeline sends split over TP ranks: DeepSpeed's engine, and Megatron-LM until Megatron-Core (2023)
+          "pp_scatter_gather": deepspeed or (year is not None and year < 2023)}
     if rt["flash_attention"]:
         rt["flash_attention_gen"] = flash_generation(fw, year)
     if deepspeed and zero == 3:

@@ -68,6 +68,7 @@ class RunRuntime(_Strict):
     dp_bucket_bytes: float | None = Field(default=None, gt=0)
     zero3_gather_unit: Literal["layer", "matrix"] | None = None
     hierarchical_collectives: bool | None = None
+    pp_scatter_gather: bool | None = None
     cp_comm_overlap: bool | None = None
     eager_elementwise: bool | None = None      # torchtitan without torch.compile (Runtime.eager_elementwise)
     flash_attention_gen: StrictInt | None = Field(default=None, ge=min(FLASH_GENERATIONS),

@@ -321,8 +321,11 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     dp_stride = comm.placement_strides(t, p, d, dp_inner, cp)[0]
 
     # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
-    # interleaved; with scatter/gather or SP each TP rank sends 1/t of b·s·h (Narayanan §4.1); with CP, of its s/cp.
-    p2p_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden / t
+    # interleaved. A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence
+    # shard) or Megatron-LM's scatter/gather (Narayanan §4.1; the receiver's NVLink all-gather is not priced), else
+    # the whole of it (Megatron-Core schedules.get_tensor_shapes).
+    split = np.where(np.asarray(c["sp"], dtype=bool) | rt.pp_scatter_gather, t, 1)
+    p2p_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden / split
     cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node, cp)
     p2p = comm.p2p_time_s(p2p_bytes, cross, hw)
     pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)

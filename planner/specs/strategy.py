@@ -166,6 +166,10 @@ class Runtime:
                                           # groups get larger buckets); PyTorch DDP: 25e6
     zero3_gather_unit: str = "layer"    # ZeRO-3 gathers one layer per call (FSDP block wrapping) or one weight
                                         # matrix per call ("matrix": DeepSpeed stage 3 fetches per module)
+    pp_scatter_gather: bool = False     # without SP, each TP rank sends 1/t of a stage's output and the next stage
+                                        # all-gathers it (Megatron-LM 2021-22 --scatter-gather-tensors-in-pipeline,
+                                        # Narayanan §4.1; DeepSpeed's pipeline engine partitions it too); False:
+                                        # Megatron-Core sends the whole activation unless SP already splits it
     rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
                                         # of the two where some framework launches pp-dp (pp_next_launchable)
 

@@ -308,3 +308,22 @@ def test_narrow_integer_columns_price_as_int64():
             narrow = {**{k: np.array(v) for k, v in cols.items()}, **narrow}
         got = step_columns(m, hw, job, narrow)
         assert np.array_equal(got["mfu"], wide["mfu"]) and wide["mfu"][0] > 0, dtype
+
+
+def test_pipeline_sends_are_split_over_tp_ranks_only_with_sp_or_scatter_gather():
+    """TP2 PP4 on one H100 node, Llama 3.1 8B (h = 4096, s = 4096), b = 1, m = 8: a stage's output is
+    2·s·b·h = 33,554,432 bytes. Megatron-Core sends all of it from each TP rank without SP
+    (schedules.get_tensor_shapes), 1/t of it with SP; Megatron-LM 2021-22's scatter/gather (Narayanan §4.1) and
+    DeepSpeed's pipeline engine split it without SP too (Runtime.pp_scatter_gather). 1F1B sends 2 x (m + p − 1) =
+    22 times, each 14 + 1.9 us + bytes / 369 GB/s."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    job = Job(gpus=8, seq_len=4096, global_batch=8)
+
+    def pp_s(sp, rt=Runtime()):
+        return _one(m, hw, job, (2, 4, 1, 1, 1, sp, 0, 0), rt)["pp_comm_s"][0]
+
+    whole, half = 33_554_432, 33_554_432 / 2
+    assert pp_s(False) == pytest.approx(22 * (15.9e-6 + whole / 369e9), rel=1e-9)
+    assert pp_s(True) == pytest.approx(22 * (15.9e-6 + half / 369e9), rel=1e-9)
+    assert pp_s(False, Runtime(pp_scatter_gather=True)) == pytest.approx(pp_s(True), rel=1e-12)
+    assert pp_s(True, Runtime(pp_scatter_gather=True)) == pytest.approx(pp_s(True), rel=1e-12)
