@@ -118,7 +118,7 @@ def _spread(nodes: int, fewest: int, most: int, link: str) -> str:
     if most == 1:
         return f"across {nodes} nodes, one rank per node: all on the NICs."
     per = f"{most}" if fewest == most else f"{fewest}-{most}"
-    return f"across {nodes} nodes, {per} ranks per node: {link} inside, then the NICs."
+    return f"across {nodes} nodes, {per} ranks per node: {link} inside and the NICs between, at once."
 
 
 def placement_lines(row, hw) -> list[str]:

@@ -113,6 +113,12 @@ def _blocking(framework: str, table, dtype: str) -> str:
     return "; ".join(f"{w}: {n:,} of {len(found):,} layouts" for w, n in sorted(counts.items(), key=lambda x: -x[1]))
 
 
+def _whole_pp_sends(row) -> bool:
+    """Whether Megatron-Core would send this layout's stage outputs whole (no SP, with TP and PP), where Megatron-LM's
+    scatter/gather and DeepSpeed's pipeline engine split them over the TP ranks (Runtime.pp_scatter_gather)."""
+    return not row["sequence_parallel"] and int(row["tp"]) > 1 and int(row["pp"]) > 1
+
+
 def _priced_attention(runtime: Runtime) -> str | None:
     """The attention the plan priced when it is not FlashAttention-2-class fused kernels (the frameworks' own
     default today), else None."""
@@ -235,6 +241,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
               "optimizer, schedule)")
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
+    if runtime.pp_scatter_gather and _whole_pp_sends(row):
+        header += ("\n# the plan priced pipeline sends split over the TP ranks (pp_scatter_gather); without "
+                   "--sequence-parallel Megatron-Core sends each whole: expect more PP time")
     if mlp:
         header += "\n" + mlp
     if order := _order_note("megatron", row):
@@ -396,6 +405,10 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
                      "1F1B only" + (" (the plan's interleaving is not available)" if int(row["vpp"]) > 1 else ""))
         if zero >= 2:
             notes.append("DeepSpeed does not support ZeRO-2/3 with pipeline parallelism: use stage 1")
+        if not runtime.pp_scatter_gather and _whole_pp_sends(row):
+            notes.append("DeepSpeed's pipeline engine splits each stage's output over the TP ranks; the plan priced "
+                         "whole sends (Megatron-Core without SP): expect less PP time (Runtime(pp_scatter_gather="
+                         "True) prices the split)")
     if row["recompute"] == "selective":
         notes.append("selective recompute: use the model's own checkpointing of the attention core "
                      "(DeepSpeed checkpoints whole layers)")

@@ -292,3 +292,22 @@ def test_a_refused_export_names_what_blocks_every_layout():
         "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead): 2 of 3 "
         "layouts; DeepSpeed's pipeline engine supports ZeRO stages 0-1 only: 1 of 3 layouts")
     assert _blocking("deepspeed", rows.iloc[1:], "bf16").startswith("DeepSpeed has no context parallelism")
+
+
+def test_exports_say_when_the_framework_splits_pipeline_sends_otherwise():
+    """Without SP, Megatron-Core sends each stage's output whole and DeepSpeed's pipeline engine splits it over the
+    TP ranks (Runtime.pp_scatter_gather): each export says so when the plan priced the other."""
+    from planner.specs.strategy import Runtime
+
+    ev = planner.evaluate("70b", 256, tp=8, pp=8, dp=4, vpp=1, zero_stage=1, sequence_parallel=False,
+                          micro_batch=1, recompute="full", recompute_layers=0)
+    m, job = ev.result.model, ev.result.job
+    split = "splits each stage's output over the TP ranks"
+    assert any(split in n for n in export("deepspeed", ev.row, m, job)[1])
+    assert not any(split in n for n in export("deepspeed", ev.row, m, job, Runtime(pp_scatter_gather=True))[1])
+    whole = "Megatron-Core sends each whole"
+    assert whole in export("megatron", ev.row, m, job, Runtime(pp_scatter_gather=True))[0]
+    assert whole not in export("megatron", ev.row, m, job)[0]
+    with_sp = planner.evaluate("70b", 256, tp=8, pp=8, dp=4, vpp=1, zero_stage=1, sequence_parallel=True,
+                               micro_batch=1, recompute="full", recompute_layers=0)
+    assert not any(split in n for n in export("deepspeed", with_sp.row, m, job)[1])

@@ -54,9 +54,9 @@ def test_zero1_hsdp_traffic_by_hand():
     expected = 7 / 8 * grads / w_node + 2 * (1 / 2) * (grads / 8) / w_net + 7 / 8 * weights / w_node
     ev = _eval(16, hardware=NO_LATENCY, runtime=SERIAL, zero_stage=1, dp_replicate=2)
     assert ev.time_s["dp_comm"] == pytest.approx(expected, rel=1e-9)
-    # the same ranks as one group of 16: NCCL rings over both nodes, RS and AG each max((15/16)·(7/8)·S/W_node,
+    # the same ranks as one group of 16: NCCL rings over both nodes, RS and AG each max((15/16)·S/W_node,
     # (15/16)·S/(8·W_net)) (comm._phase_times: NVLink and NICs stream at once)
-    flat = sum(max(15 / 16 * 7 / 8 * x / w_node, 15 / 16 * x / (8 * w_net)) for x in (grads, weights))
+    flat = sum(max(15 / 16 * x / w_node, 15 / 16 * x / (8 * w_net)) for x in (grads, weights))
     ev1 = _eval(16, hardware=NO_LATENCY, runtime=SERIAL, zero_stage=1, dp_replicate=1)
     assert ev1.time_s["dp_comm"] == pytest.approx(flat, rel=1e-9)
 
@@ -68,7 +68,7 @@ def test_node_local_groups_move_fewer_network_bytes_with_16_bit_gradients():
     less, and on 4 x 100 Gb/s per node the step is faster for more memory. With fp32 gradients (G = 2P) it is 11%
     less, but the group's own NVLink collectives now run before the all-reduce instead of beside the network:
     by hand, serial and without latency, per micro-batch flat 2·max(a(P), b(P)) + max(a(G), b(G)) with
-    a(S) = (63/64)·(7/8)·S/W_node and b(S) = (63/64)·S/(8·W_net); hybrid (7/8)·(2P + G)/W_node + 2·(7/8)·(G/8)/W_net."""
+    a(S) = (63/64)·S/W_node and b(S) = (63/64)·S/(8·W_net); hybrid (7/8)·(2P + G)/W_node + 2·(7/8)·(G/8)/W_net."""
     thin = H100.with_network(4, 100e9 / 8)
     bf16 = planner.Precision(grad_bytes=2)
     full = _eval(64, hardware=thin, zero_stage=3, dp_replicate=1, recompute="none", precision=bf16)
@@ -84,7 +84,7 @@ def test_node_local_groups_move_fewer_network_bytes_with_16_bit_gradients():
     w_net = hw.inter_bw_bytes_per_s * hw.inter_busbw_efficiency
 
     def a(x):
-        return 63 / 64 * 7 / 8 * x / w_node
+        return 63 / 64 * x / w_node
 
     def b(x):
         return 63 / 64 * x / (8 * w_net)

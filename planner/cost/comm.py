@@ -4,8 +4,9 @@ formulas.md §4: Thakur, Rabenseifner & Gropp 2005 (ring: (n−1)/n·S/W per red
 for all-reduce); NCCL busbw convention (nccl-tests PERFORMANCE.md): the achievable per-link bandwidth is the link
 speed times the measured busbw fraction; across nodes (§4.3) the ring streams through NVLink and the NICs at once,
 so the slower sets the time (_phase_times; it reproduces the measured multi-node busbw of hardware.md §3).
-Latency: NCCL's tuner model (tuning.cc): a base cost plus one step latency per ring step. All-reduce across many nodes can use NCCL's double binary tree, whose
-latency grows with log2(nodes); reduce-scatter and all-gather are rings, whose latency grows with the group size.
+Latency: NCCL's tuner model (tuning.cc): a base cost plus one step latency per ring step. All-reduce across many
+nodes can use NCCL's double binary tree, whose latency grows with log2(nodes); reduce-scatter and all-gather are
+rings, whose latency grows with the group size.
 A collective issued as `count` calls (buckets, per-layer gathers) pays the latency `count` times.
 
 A group is `size` ranks placed `stride` ranks apart in the global rank order (TP innermost). S is the size of the
@@ -28,12 +29,12 @@ def group_span(size, stride, gpus_per_node, world=None):
     A group of n ranks `stride` apart lies in an aligned block of stride·n ranks (which holds `stride` such groups).
     When blocks tile the nodes (every bundled node size but NVL72's 72), k = min(g/stride, n) and M = n/k exactly.
     Otherwise (16-rank TP groups, or 32-rank DP blocks, on 72-GPU NVL72 nodes) some groups straddle a node edge
-    with unequal shares (64 ranks on 128 GPUs: 8 on one node, 56 on the next). A node of k members sends and
-    receives (1 − k/n)·S/k over its k NICs in an all-gather or reduce-scatter, so the node with the fewest members
-    paces the network phase: (k_min, n/k_min) gives exactly that network time in the hierarchical formulas, k_min
-    over the job's groups (`world` ranks; by default every offset the block size can reach) that leave their node.
-    The in-node phase and the step latencies then see k_min members and n/k_min nodes too: an approximation for
-    uneven nodes (8 + 56 ranks: the NVLink phase at 7/8 rather than 55/56, 7 network steps for 2 nodes)."""
+    with unequal shares (64 ranks on 128 GPUs: 8 on one node, 56 on the next). A ring sends one GPU's share,
+    (n−1)/n·S per pass, through every node's NICs, so the node with the fewest members, and NICs, paces the network:
+    (k_min, n/k_min) gives exactly that network time (_phase_times), k_min over the job's groups (`world` ranks; by
+    default every offset the block size can reach) that leave their node. The NVLink side and the step latencies
+    then see k_min members and n/k_min nodes too: an approximation for uneven nodes (8 + 56 ranks: 7 network steps
+    for 2 nodes)."""
     size, stride = np.asarray(size), np.asarray(stride)
     g = gpus_per_node
     k = np.clip(g // np.maximum(stride, 1), 1, size)
@@ -164,20 +165,21 @@ def overlap_slowdown(span, hw: HardwareSpec, nbytes=1e12, count=1, rounds=1, rin
         bw, lat = _ring_parts(nbytes, np.asarray(span[0]) * nodes if size is None else size, nodes > 1, hw)
         busy = np.maximum(hw.overlap_slowdown_inter * (bw + lat), per_byte * bw)
         return np.where(nodes > 1, busy / np.maximum(bw + lat, 1e-300), u_node)
-    return _slowdown(_collective_parts(nbytes, span, hw, count, rounds), nodes, hw)
+    return _slowdown(_collective_parts(nbytes, span, hw, count, rounds), span, hw)
 
 
-def _slowdown(parts, nodes, hw: HardwareSpec):
+def _slowdown(parts, span, hw: HardwareSpec):
     """overlap_slowdown of a collective from its (in-node, network, in-node latency, network latency) times
     (_collective_parts), over its time (_collective_total: the two links stream at once). Across nodes the bytes
     are charged (NVLink's at the NVLink value, the network's at least at the per-byte floor) and the ring's step
     latencies, NVLink hops included, at the network value: the ring waits on its NIC hops, and a byte costs compute
     the same whether it crosses the node on NVLink or on a NIC (nodes of one GPU then never beat nodes of eight)."""
-    nodes = np.asarray(nodes)
+    k, nodes = np.asarray(span[0]), np.asarray(span[1])
     u_node = hw.overlap_slowdown_intra
     if np.all(nodes <= 1):                         # inside a node: the NVLink value, nothing to mix
         return np.full(nodes.shape, u_node)
     node, net, lat_node, lat_net = parts
+    node = node * np.where(nodes > 1, (k - 1) / np.maximum(k, 1), 1.0)   # the bytes that cross NVLink
     per_byte = u_node * _network_byte_ratio(hw)
     busy = u_node * node + np.maximum(hw.overlap_slowdown_inter * (net + lat_node + lat_net), per_byte * net)
     total = _collective_total(parts)
@@ -233,21 +235,22 @@ def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
     each slowed for small calls (see below).
 
     Inside one node: the ring's rounds·(k−1)/k·S/W_node (formulas.md §4.1). Across nodes NCCL's ring runs through
-    the node's k GPUs and out over their k NICs: every GPU moves rounds·(n−1)/n·S (n = k·M), 1/k of it over its NIC
-    and the rest over NVLink, and a node's NICs carry one GPU's worth, so the network takes rounds·(n−1)/n·S/(k·W_net)
-    and NVLink rounds·(n−1)/n·(k−1)/k·S/W_node. The chunks stream through both links at once, so the slower one
-    sets the time (the scaling book's max(S/W_gpu, S/W_node_egress), formulas.md §4.3): its bus bandwidth is
-    min(k·W_net, k/(k−1)·W_node), which reproduces the measured multi-node ring busbw of hardware.md §3 (DGX A100
-    ~192 GB/s; 4 x 8 H200 364.7; 4 x 8 B200 381.8; 248 x 8 H200 ~350), where running the two phases one after the
-    other priced 115-300 GB/s (_collective_total). The overlap slowdown still charges each link's bytes (_slowdown):
-    the GPU copies and reduces the same bytes whether or not the links run at once."""
+    the node's k GPUs and out over their k NICs: every GPU moves rounds·(n−1)/n·S (n = k·M), 1/k of it over its NIC,
+    and a node's NICs carry one GPU's worth, so the network takes rounds·(n−1)/n·S/(k·W_net). The chunks stream
+    through NVLink and the NICs at once, so the slower sets the time (the scaling book's max(S/W_gpu_egress,
+    S/W_node_egress), formulas.md §4.3), each GPU's side at most at its one-node ring rate: rounds·(n−1)/n·S/W_node
+    when k > 1 (no NVLink with one member per node). The bus bandwidth min(k·W_net, W_node) reproduces the
+    measured multi-node ring busbw of hardware.md §3 (DGX A100 ~192 GB/s; 4 x 8 H200 364.7; 4 x 8 B200 381.8;
+    248 x 8 H200 ~350), never above the one-node figure (as measured), where running the two phases one after the
+    other priced 115-300 GB/s (_collective_total). The overlap slowdown charges each link's bytes (_slowdown): only
+    (k−1)/k of them cross NVLink, and the GPU copies and reduces the same bytes whether or not the links run at once."""
     k, nodes = span
     w_node, w_net = node_bandwidth(k, hw), _bandwidths(hw)[1]
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
     n = k * nodes
     across = nodes > 1
-    node = rounds * np.where(across, (n - 1) / n, 1.0) * (k - 1) / k * s / w_node
+    node = rounds * np.where(across, np.where(k > 1, (n - 1) / n, 0.0), (k - 1) / k) * s / w_node
     net = np.where(across, rounds * (n - 1) / n * s / (k * w_net), 0.0)
     if hw.intra_half_bw_bytes:                 # the bundled profiles leave both at 0 (the plateau)
         node = node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))
@@ -289,13 +292,13 @@ def overlapped_collective(nbytes, size, stride, hw: HardwareSpec, count=1, round
     all-gather, 2 for an all-reduce (the time as reduce_scatter_time_s / all_reduce_time_s)."""
     span = span if span is not None else _span(size, stride, hw, hierarchical)
     parts = _collective_parts(nbytes, span, hw, count, rounds)
-    return np.where(np.asarray(size) > 1, _collective_total(parts), 0.0), _slowdown(parts, span[1], hw)
+    return np.where(np.asarray(size) > 1, _collective_total(parts), 0.0), _slowdown(parts, span, hw)
 
 
 def reduce_scatter_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):
     """Reduce-scatter (or all-gather: same cost) of S bytes in total over `size` ranks, issued as `count` calls.
 
-    Across M nodes of k members: max((k−1)/k·S/W_node, (n−1)/n·S/(k·W_net)), the ring's NVLink and NIC shares
+    Across M nodes of k members (n = k·M): max((n−1)/n·S/W_node, (n−1)/n·S/(k·W_net)), NVLink and the NICs
     streaming at once (_phase_times; formulas.md §4.1, §4.3).
     A topology-unaware ring (hierarchical=False) crosses the network at every step: k = 1 once the group leaves a node.
     """
@@ -306,7 +309,8 @@ all_gather_time_s = reduce_scatter_time_s
 
 
 def all_reduce_time_s(nbytes, size, stride, hw: HardwareSpec, count=1, hierarchical=True, span=None):
-    """All-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, hierarchical across nodes (formulas.md §4.1)."""
+    """All-reduce = reduce-scatter + all-gather: 2(n−1)/n·S/W, across nodes as reduce_scatter_time_s (formulas.md
+    §4.1, §4.3)."""
     return _collective_time_s(nbytes, size, stride, hw, count, hierarchical, 2, span)
 
 

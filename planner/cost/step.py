@@ -372,8 +372,8 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     edge = np.where(interleaved, v, buckets)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
     hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
-    # A hierarchical collective spends part of its time on NVLink, which slows overlapped compute like any in-node
-    # collective, and the rest on the network: each phase brings its own slowdown (no scaling past 100%).
+    # A collective across nodes moves part of its bytes on NVLink, which slow overlapped compute like any in-node
+    # collective's, and the rest on the network: each link's bytes bring their own slowdown (no scaling past 100%).
     gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)
     plain = np.maximum(_exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
     reduce = np.maximum(_exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)

@@ -53,21 +53,21 @@ def test_smaller_groups_inside_a_node(n):
 
 def test_hierarchical_all_reduce_64_ranks_on_8_nodes():
     # NCCL's ring over 8 nodes of 8 (formulas.md §4.3; hardware.md §3): every GPU moves 2·(63/64)·S, 1/8 of it over
-    # its NIC and 7/8 over NVLink; a node's 8 NICs carry one GPU's worth. The links stream at once: the slower
-    # sets the time, max(2·(63/64)·(7/8)·S/W_node, 2·(63/64)·S/(8·W_net)): here the network (376 of 369·8/7 GB/s).
+    # its NIC; a node's 8 NICs carry one GPU's worth. The links stream at once: the slower sets the time, each GPU
+    # at most at its one-node ring rate, max(2·(63/64)·S/W_node, 2·(63/64)·S/(8·W_net)): here NVLink (369 of 376 GB/s).
     # Latency: NCCL tree (tuning.cc, formulas.md §4.2): base + 2·((ppn − 1)·intraLat + log2(nodes)·interLat).
-    node = 2 * (63 / 64) * (7 / 8) * S / W_NODE
+    node = 2 * (63 / 64) * S / W_NODE
     net = 2 * (63 / 64) * S / (8 * W_NET)
-    assert net > node
-    expected = net + BASE + 2 * 7 * A_INTRA + 2 * 3 * A_INTER
+    assert node > net
+    expected = node + BASE + 2 * 7 * A_INTRA + 2 * 3 * A_INTER
     assert float(all_reduce_time_s(S, 64, 1, HW)) == pytest.approx(expected, rel=1e-12)
 
 
 def test_multi_node_bus_bandwidth_is_the_measured_one():
     """hardware.md §3, nccl-tests ring busbw on 8-GPU nodes with a NIC per GPU, large messages: DGX A100 multi-node
     ~192 GB/s; 4 x 8 H200 364.7; 4 x 8 B200 381.8; 248 x 8 H200 ~350; H100 8x NDR 368-392 (derived). The model's
-    busbw is min(8·W_net, 8/7·W_node): A100 192, H100/H200/B200 376 (the NIC-bound ones within 7% of each
-    measurement). Adding the NVLink and network phases instead gave 115-300 GB/s."""
+    busbw is min(8·W_net, W_node): A100 192, H100/H200 369, B200 376 (within 6% of each measurement, and never
+    above the one-node figure). Adding the NVLink and network phases instead gave 115-300 GB/s."""
     measured = {("a100-80gb", 16): 192e9, ("h200-sxm", 4): 364.7e9, ("b200", 4): 381.8e9, ("h200-sxm", 248): 350e9,
                 ("h100-sxm", 16): 380e9}
     big = 16e9
@@ -80,10 +80,10 @@ def test_multi_node_bus_bandwidth_is_the_measured_one():
 
 
 def test_hierarchical_reduce_scatter_64_ranks():
-    # Reduce-scatter is a ring in NCCL (no tree): the links stream at once, max((63/64)·(7/8)·S/W_node,
+    # Reduce-scatter is a ring in NCCL (no tree): the links stream at once, max((63/64)·S/W_node,
     # (63/64)·S/(8·W_net)); NCCL's tuner (tuning.cc) counts its 63 steps, 7 across the node edges and the other
     # 8 x 7 = 56 on NVLink.
-    expected = max((63 / 64) * (7 / 8) * S / W_NODE, (63 / 64) * S / (8 * W_NET)) + BASE + 56 * A_INTRA + 7 * A_INTER
+    expected = max((63 / 64) * S / W_NODE, (63 / 64) * S / (8 * W_NET)) + BASE + 56 * A_INTRA + 7 * A_INTER
     assert float(reduce_scatter_time_s(S, 64, 1, HW)) == pytest.approx(expected, rel=1e-12)
 
 
@@ -248,13 +248,13 @@ def test_overlap_slowdown_by_hand():
     net = u * W_NET / W_NODE
     assert net == pytest.approx(0.1 * 47 / 369, rel=1e-12)                 # 0.0127: 47 of 369 GB/s
     assert overlap_slowdown((8, 1), HW) == u and overlap_slowdown((8, 1), HW, ring=True) == u
-    # 64 ranks on 8 nodes, 1 TB: the NVLink bytes, (63/64)·(7/8)·S/W_node of NVLink time, at the NVLink value, the
-    # network's, (63/64)·S/(8 W_net), at the per-byte floor, the ring's 56 NVLink and 7 network step latencies at
-    # the network value (0); over the collective's time, in which the two links stream at once
+    # 64 ranks on 8 nodes, 1 TB: the NVLink bytes (7/8 of each GPU's), (63/64)·(7/8)·S/W_node of NVLink time, at
+    # the NVLink value, the network's, (63/64)·S/(8 W_net), at the per-byte floor, the ring's 56 NVLink and 7
+    # network step latencies at the network value (0); over the collective's time, max((63/64)·S/W_node, wire)
     node, wire = 63 / 64 * 7 / 8 * 1e12 / W_NODE, 63 / 64 * 1e12 / 8 / W_NET
     lat = BASE + 56 * A_INTRA + 7 * A_INTER
-    assert overlap_slowdown((8, 8), HW) == pytest.approx((u * node + net * wire) / (max(node, wire) + lat),
-                                                         rel=1e-12)
+    total = max(63 / 64 * 1e12 / W_NODE, wire) + lat
+    assert overlap_slowdown((8, 8), HW) == pytest.approx((u * node + net * wire) / total, rel=1e-12)
     assert overlap_slowdown((1, 8), HW) == pytest.approx(net, rel=1e-5)    # one GPU per node: all network
     assert overlap_slowdown((8, 2), HW, ring=True) == pytest.approx(net, rel=1e-5)
 
