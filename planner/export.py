@@ -299,6 +299,12 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         reshard = "never" if zero in (1, 2) else ("always" if pp > 1 else None)
         if zero == 1:
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
+        m_steps = job.global_batch // (int(row["micro_batch"]) * dp)
+        if zero in (1, 2) and m_steps > 1:
+            # FSDP2's post-backward hook frees the gathered parameters (torch fully_shard docs), so every
+            # micro-batch's forward gathers them again; the plan's ZeRO-1/2 gathered them once per step
+            notes.append(f"# FSDP2 frees the gathered weights after each backward: each of the {m_steps} "
+                         "micro-batches all-gathers them again, where the plan priced one gather per step")
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
     if order := _order_note("torchtitan", row):

@@ -311,3 +311,17 @@ def test_exports_say_when_the_framework_splits_pipeline_sends_otherwise():
     with_sp = planner.evaluate("70b", 256, tp=8, pp=8, dp=4, vpp=1, zero_stage=1, sequence_parallel=True,
                                micro_batch=1, recompute="full", recompute_layers=0)
     assert not any(split in n for n in export("deepspeed", with_sp.row, m, job)[1])
+
+
+def test_torchtitan_zero_2_says_fsdp2_gathers_the_weights_every_micro_batch():
+    """The plan's ZeRO-2 gathers the weights once per step; FSDP2's post-backward hook frees them (torch
+    fully_shard docs), so under gradient accumulation each micro-batch gathers them again: the export says so,
+    and not when there is one micro-batch."""
+    ev = planner.evaluate("8b", 64, tp=1, pp=1, dp=64, zero_stage=2, dp_replicate=1, micro_batch=1,
+                          recompute="none", sequence_parallel=False, vpp=1)
+    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
+    m = int(ev.row["num_microbatches"])
+    assert m > 1 and f"each of the {m} micro-batches all-gathers them again" in text
+    one = planner.evaluate("8b", 64, tp=1, pp=1, dp=64, zero_stage=2, dp_replicate=1, micro_batch=1,
+                           recompute="none", sequence_parallel=False, vpp=1, global_batch=64)
+    assert "all-gathers them again" not in export("torchtitan", one.row, one.result.model, one.result.job)[0]
