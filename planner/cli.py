@@ -101,6 +101,9 @@ def plan(
     eager_elementwise: bool = typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as "
                                            "eager PyTorch kernels (torchtitan without torch.compile); default: fused "
                                            "(Megatron/Transformer Engine, torch.compile)."),
+    pp_scatter_gather: bool = typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send "
+                                           "over the TP ranks (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
+                                           "default: whole sends, as Megatron-Core."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -157,7 +160,7 @@ def plan(
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel,
-                            eager_elementwise)
+                            eager_elementwise, pp_scatter_gather)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)

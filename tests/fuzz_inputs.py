@@ -156,7 +156,8 @@ FLAGS = {
                                            "sub/o.csv", ".json", "-"]),
 }
 SWITCHES = ["--sequence-parallel", "--no-sequence-parallel", "--allow-cross-node-tp", "--tp-comm-overlap",
-            "--no-flash-attention", "--flash-attention", "--no-tp-comm-overlap", "--eager-elementwise"]
+            "--no-flash-attention", "--flash-attention", "--no-tp-comm-overlap", "--eager-elementwise",
+            "--pp-scatter-gather"]
 SWEEP_FLAGS = ["--hardware", "--seq-len", "--global-batch", "--global-batch-tokens", "--tokens",
                "--price-per-gpu-hour", "--pue", "--headroom-gib", "--format", "--output", "--nics-per-node",
                "--nic-gbit-per-s"]
