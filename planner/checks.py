@@ -56,7 +56,7 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
     value = Decimal(match.group(1)) * _SUFFIX[suffix]          # exact: 8.2T is 8,200,000,000,000 (floats: ...999.999)
-    if value > Decimal("1e30"):              # MAX_COUNT
+    if value > Decimal(repr(MAX_COUNT)):
         raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
     if value < 1 or value != value.to_integral_value():
         raise PlannerError(flag, f"got {text!r}, expected a positive whole number")

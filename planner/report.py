@@ -284,9 +284,8 @@ def price_note(df, hardware: str | None = None) -> str | None:
         listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
         notes.append(f"Costs use prices from different providers ({listing}), not like for like: the profiles' "
                      "prices are dated on-demand rates (`plan hardware`).")
-    # rows with a rate but no price (rows without a layout that fits have neither)
-    rate = df["tokens_per_s"] if "tokens_per_s" in df else df["cost_usd"] * 0
-    unpriced = df[df["price_provider"].isna() & rate.notna() & (rate > 0)]
+    # rows with a rate but no price (rows without a layout that fits have neither: NaN > 0 is False)
+    unpriced = df[df["price_provider"].isna() & (df["tokens_per_s"] > 0)]
     if len(unpriced):
         names = sorted(set(unpriced["hardware"].astype(str))) if "hardware" in unpriced else [hardware] * bool(hardware)
         several = len(names) > 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner import constraints
-from planner.candidates import (Pins, fastest_gain, check_pins, enumerate_candidates, hybrid_variants, make_job,
+from planner.candidates import (Pins, check_pins, enumerate_candidates, fastest_gain, hybrid_variants, make_job,
                                 normalized_pins)
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.step import KNOBS, TIME_PARTS, knob_columns, memory_columns, step_columns
