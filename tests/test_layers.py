@@ -16,7 +16,8 @@ LAYERS = [
      "cost.budget"},                                                                    # pure closed-form functions
     {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs",
      "validate"},
-    {"report", "validation_report", "export", "plot"},                                  # what a user reads
+    {"report", "validation_report", "export", "export.common", "export.megatron", "export.torchtitan",
+     "export.deepspeed", "plot"},                                                       # what a user reads
     {"flags", "cli", "__main__", ""},                                                   # the edge ("" = planner/__init__)
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -1,0 +1,73 @@
+"""What the three exporters share: rank orders a framework can launch, the plan's own figures, the mixed-precision
+format, and what the plan priced that a framework runs differently."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.specs.strategy import RANK_ORDERS, Runtime, pp_next_launchable
+
+
+def rank_order(row) -> str:
+    """The row's order of DP and PP after TP (and CP): "dp-pp" or "pp-dp" (RANK_ORDERS); a row given by hand
+    with the knobs only is in the frameworks' default order, DP next to TP."""
+    return "pp-dp" if str(row.get("placement", "")).endswith("pp-dp") else "dp-pp"
+
+
+def launch_orders(framework: str, row) -> tuple[str, ...]:
+    """The rank orders `framework` can launch this layout with. All three place DP next to TP by default
+    (Megatron tp-cp-ep-dp-pp, torchtitan's mesh [pp, dp, cp, tp], DeepSpeed [pipe, data, model]); Megatron's
+    --use-tp-pp-dp-mapping puts PP there instead, but not with CP or EP, nor with Megatron-FSDP (Megatron-Core
+    ModelParallelConfig.use_tp_pp_dp_mapping)."""
+    if int(row["pp"]) == 1 or int(row["dp"]) == 1:         # one order either way
+        return RANK_ORDERS
+    if framework == "megatron" and pp_next_launchable(int(row.get("cp", 1)), int(row["pp"]), int(row["zero_stage"])):
+        return RANK_ORDERS
+    return ("dp-pp",)
+
+
+def order_note(framework: str, row) -> str | None:
+    """When the row was priced in a rank order `framework` cannot launch (a library caller's forced order):
+    the figures above do not describe its run."""
+    if rank_order(row) in launch_orders(framework, row):
+        return None
+    return (f"the plan's figures assume rank order {row['placement']} (PP stages next to each other), which "
+            f"{framework} cannot launch; best_supported prices a search's layouts in {framework}'s own order")
+
+
+def plan_line(row) -> str | None:
+    """The plan's own figures for the exported layout, to tie a launch file back to the table (None for a row
+    given by hand with the knobs only)."""
+    if not all(k in row for k in ("step_time_s", "memory_gib", "mfu", "tokens_per_s")):
+        return None
+    return (f"plan: step {row['step_time_s']:.3g} s, {row['memory_gib']:.1f} GiB per GPU, MFU {row['mfu']:.1%} "
+            f"({row['tokens_per_s']:,.0f} tokens/s)")
+
+
+def is_fp16(dtype: str) -> bool:
+    """Whether the 16-bit format of mixed precision `dtype` is fp16 (else bf16); any other value is refused."""
+    if dtype not in ("bf16", "fp16"):
+        raise PlannerError("dtype", f"got {dtype!r}, expected bf16 or fp16 (the 16-bit format of mixed precision)")
+    return dtype == "fp16"
+
+
+def whole_pp_sends(row) -> bool:
+    """Whether Megatron-Core would send this layout's stage outputs whole (no SP, with TP and PP), where Megatron-LM's
+    scatter/gather and DeepSpeed's pipeline engine split them over the TP ranks (Runtime.pp_scatter_gather)."""
+    return not row["sequence_parallel"] and int(row["tp"]) > 1 and int(row["pp"]) > 1
+
+
+def priced_attention(runtime: Runtime) -> str | None:
+    """The attention the plan priced when it is not FlashAttention-2-class fused kernels (the frameworks' own
+    default today), else None."""
+    if runtime.flash_attention is False:
+        return "unfused attention (scores written to HBM)"
+    if runtime.flash_attention_gen == 1:
+        return "FlashAttention-1-class kernels (--flash-attention-gen 1)"
+    return None
+
+
+def op_recompute_blocker(framework: str, row) -> list[str]:
+    """Per-op checkpointing is torchtitan's policy: the other frameworks cannot run a row that priced it."""
+    if row.get("recompute") == "op":
+        return [f"{framework} has no per-op checkpointing policy (recompute op is torchtitan's)"]
+    return []
