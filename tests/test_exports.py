@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.export import export, unsupported
+from planner.errors import PlannerError
+from planner.export import blockers, export, unsupported
 
 runner = CliRunner()
 
@@ -277,7 +278,7 @@ def test_a_refused_export_names_what_blocks_every_layout():
     share (the pinned VPP here, not ZeRO-2/3, which only some rows have), else each first reason with its count."""
     import pandas as pd
 
-    from planner.export import _blocking, blockers
+    from planner.export import _blocking
 
     res = runner.invoke(app, ["--model", "70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--dp", "4", "--vpp", "2",
                               "--export", "deepspeed"])
@@ -288,10 +289,19 @@ def test_a_refused_export_names_what_blocks_every_layout():
     rows = pd.DataFrame([{**base, "vpp": 2, "zero_stage": 3}, {**base, "cp": 2}, {**base, "cp": 2, "vpp": 2}])
     assert blockers("deepspeed", rows.iloc[0]) == ["DeepSpeed's pipeline engine supports ZeRO stages 0-1 only",
                                                    "DeepSpeed's pipeline engine has no interleaved schedule"]
-    assert _blocking("deepspeed", rows, "bf16") == (                        # no shared reason: most first
+    found = [blockers("deepspeed", r) for _, r in rows.iterrows()]
+    assert _blocking(found) == (                                            # no shared reason: most first
         "DeepSpeed has no context parallelism (its Ulysses sequence parallelism splits heads instead): 2 of 3 "
         "layouts; DeepSpeed's pipeline engine supports ZeRO stages 0-1 only: 1 of 3 layouts")
-    assert _blocking("deepspeed", rows.iloc[1:], "bf16").startswith("DeepSpeed has no context parallelism")
+    assert _blocking(found[1:]).startswith("DeepSpeed has no context parallelism")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_blockers_refuse_a_mixed_precision_format_that_is_neither_bf16_nor_fp16(framework):
+    row = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",
+           "sequence_parallel": True}
+    with pytest.raises(PlannerError, match="dtype.*expected bf16 or fp16"):
+        blockers(framework, row, "fp32")
 
 
 def test_exports_say_when_the_framework_splits_pipeline_sends_otherwise():

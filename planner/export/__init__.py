@@ -40,10 +40,9 @@ def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
     return next(iter(blockers(framework, row, dtype)), None)
 
 
-def _blocking(framework: str, table, dtype: str) -> str:
-    """What keeps `framework` from every fitting layout of `table` (each has a blocker): a reason they all share
-    (a pinned knob's, say), else each first reason with the number of layouts it stops, most first."""
-    found = [blockers(framework, r, dtype) for _, r in table.iterrows()]
+def _blocking(found: list[list[str]]) -> str:
+    """What keeps a framework from every fitting layout, given each layout's blockers (none empty): a reason they
+    all share (a pinned knob's, say), else each first reason with the number of layouts it stops, most first."""
     shared = set(found[0]).intersection(*found[1:])
     if shared:
         return next(w for w in found[0] if w in shared)
@@ -79,9 +78,10 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     # The first supported row whose rank order the framework can launch, best first: stop there (iterating the
     # whole table took a second on large searches). Faster rows in an order it cannot launch are priced again in
     # its own order (no cheaper than before) and may still win.
-    best, other_order = None, []
+    best, other_order, blocked = None, [], []
     for _, r in table.iterrows():
-        if unsupported(framework, r, dtype) is not None:
+        if why := blockers(framework, r, dtype):
+            blocked.append(why)          # kept for the refusal below, which needs every row's reasons
             continue
         if rank_order(r) in launch_orders(framework, r):
             best = r
@@ -95,7 +95,7 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         if best is None or again["tokens_per_s"] > best["tokens_per_s"]:
             best, reordered = again, True
     if best is None:
-        why = _blocking(framework, table, dtype) if len(table) else "no layout fits in memory"
+        why = _blocking(blocked) if len(table) else "no layout fits in memory"
         raise PlannerError("--export", f"no fitting layout that {framework} can run ({why})")
     overall = table.iloc[0]
     text, notes = export(framework, best, result.model, result.job, result.runtime, dtype,
