@@ -322,7 +322,8 @@ def test_exports_say_when_the_framework_splits_pipeline_sends_otherwise():
             "--no-sequence-parallel", "--recompute", "full", "--micro-batch", "1", "--format", "json"]
     pp_s = [json.loads(runner.invoke(app, base + flag).stdout)["time_breakdown_s"]["pp_comm"]
             for flag in ([], ["--pp-scatter-gather"])]
-    assert pp_s[1] < pp_s[0] / 4                        # the flag: 1/8 of the bytes (the latencies stay)
+    # the flag: 1/8 of the bytes over the network, then an NVLink all-gather of the other 7/8 (the latencies stay)
+    assert pp_s[1] < pp_s[0] / 3
     with_sp = planner.evaluate("70b", 256, tp=8, pp=8, dp=4, vpp=1, zero_stage=1, sequence_parallel=True,
                                micro_batch=1, recompute="full", recompute_layers=0)
     assert not any(split in n for n in export("deepspeed", with_sp.row, m, job)[1])

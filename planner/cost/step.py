@@ -322,12 +322,17 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
 
     # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
     # interleaved. A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence
-    # shard) or Megatron-LM's scatter/gather (Narayanan §4.1; the receiver's NVLink all-gather is not priced), else
-    # the whole of it (Megatron-Core schedules.get_tensor_shapes).
-    split = np.where(np.asarray(c["sp"], dtype=bool) | rt.pp_scatter_gather, t, 1)
-    p2p_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden / split
+    # shard) or Megatron-LM's scatter/gather, else the whole of it (Megatron-Core schedules.get_tensor_shapes).
+    # Scatter/gather without SP rebuilds the whole tensor on the receiver with an all-gather over the TP group
+    # before it can be used (Narayanan §4.1, Figure 9; DeepSpeed PartitionedTensor.full()), in both directions.
+    sp = np.asarray(c["sp"], dtype=bool)
+    split = np.where(sp | rt.pp_scatter_gather, t, 1)
+    stage_out_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden
     cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node, cp)
-    p2p = comm.p2p_time_s(p2p_bytes, cross, hw)
+    p2p = comm.p2p_time_s(stage_out_bytes / split, cross, hw)
+    if rt.pp_scatter_gather:
+        regather = comm.all_gather_time_s(stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=_world(c)))
+        p2p = p2p + np.where(~sp & (t > 1), regather, 0.0)
     pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
 
     grad_bytes = params_stage * precision.grad_bytes

@@ -314,8 +314,9 @@ def test_pipeline_sends_are_split_over_tp_ranks_only_with_sp_or_scatter_gather()
     """TP2 PP4 on one H100 node, Llama 3.1 8B (h = 4096, s = 4096), b = 1, m = 8: a stage's output is
     2·s·b·h = 33,554,432 bytes. Megatron-Core sends all of it from each TP rank without SP
     (schedules.get_tensor_shapes), 1/t of it with SP; Megatron-LM 2021-22's scatter/gather (Narayanan §4.1) and
-    DeepSpeed's pipeline engine split it without SP too (Runtime.pp_scatter_gather). 1F1B sends 2 x (m + p − 1) =
-    22 times, each 14 + 1.9 us + bytes / 369 GB/s."""
+    DeepSpeed's pipeline engine split it without SP too (Runtime.pp_scatter_gather), and the receiver all-gathers
+    the halves over NVLink before using them: (2 − 1)/2 of the whole at 369 GB/s plus NCCL's 14 + 1.9 us, the cost
+    of the send itself here. 1F1B sends 2 x (m + p − 1) = 22 times, each 14 + 1.9 us + bytes / 369 GB/s."""
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     job = Job(gpus=8, seq_len=4096, global_batch=8)
 
@@ -325,5 +326,6 @@ def test_pipeline_sends_are_split_over_tp_ranks_only_with_sp_or_scatter_gather()
     whole, half = 33_554_432, 33_554_432 / 2
     assert pp_s(False) == pytest.approx(22 * (15.9e-6 + whole / 369e9), rel=1e-9)
     assert pp_s(True) == pytest.approx(22 * (15.9e-6 + half / 369e9), rel=1e-9)
-    assert pp_s(False, Runtime(pp_scatter_gather=True)) == pytest.approx(pp_s(True), rel=1e-12)
+    assert pp_s(False, Runtime(pp_scatter_gather=True)) == pytest.approx(
+        22 * (15.9e-6 + half / 369e9) + 22 * (15.9e-6 + whole / 2 / 369e9), rel=1e-9)     # send + all-gather
     assert pp_s(True, Runtime(pp_scatter_gather=True)) == pytest.approx(pp_s(True), rel=1e-12)
