@@ -151,6 +151,9 @@ CLI_CASES = [
      ["error: --gpus:", "'1..1000000000'", "expected at most 16,777,216"]),
     ("sweep-count-past-the-limit", ["sweep", "--model", "8b", "--gpus", "8,100000000"],
      ["error: --gpus:", "'100000000'", "expected at most 16,777,216"]),
+    # past int64 in the candidate columns (an OverflowError traceback once, found by the fuzz)
+    ("recompute-layers-past-int64", ["--model", "7b", "--gpus", "3032", "--recompute-layers", "99999999999999999999"],
+     ["error: --recompute-layers:", "expected at most 10,000"]),
     # a runtime flag that the pinned layout would ignore
     ("tp-comm-overlap-with-tp-1", ["--model", "8b", "--gpus", "8", "--tp", "1", "--tp-comm-overlap"],
      ["error: --tp-comm-overlap:", "--tp 1"]),

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from planner.checks import is_int
 from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
-from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Used when a file gives no batch: 4 Mi tokens, the low end of the 4-60M tokens practice (formulas.md §8).
@@ -108,7 +108,7 @@ class ModelFile(BaseModel):
     aliases: list[str] = []
     description: str = ""
     source: str = ""
-    layers: int = Field(ge=1, le=10_000)
+    layers: int = Field(ge=1, le=MAX_LAYERS)
     hidden: int = Field(ge=1, le=1_000_000)
     ffn_hidden: int = Field(ge=1, le=10_000_000)
     heads: int = Field(ge=1, le=100_000)

@@ -90,6 +90,7 @@ def zero_code(value: str | int) -> int:
 
 
 MAX_GPUS, MAX_SEQ_LEN, MAX_GLOBAL_BATCH = 2**24, 2**24, 2**32     # sanity bounds of a job (flags and files)
+MAX_LAYERS = 10_000                        # a model's layers (model files), so any layer count a knob names
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,8 @@ class Layout:
         k = self.recompute_layers
         if not is_int(k) or k < 0:
             raise PlannerError("recompute_layers", f"got {k!r}, expected a non-negative integer (0: every layer)")
+        if k > MAX_LAYERS:                  # past any model's layers (and past int64 in the candidate columns)
+            raise PlannerError("recompute_layers", f"got {k:,}, expected at most {MAX_LAYERS:,}")
         object.__setattr__(self, "recompute_layers", int(k))
         if not isinstance(self.sequence_parallel, (bool, np.bool_)):
             raise PlannerError("sequence_parallel", f"got {self.sequence_parallel!r}, expected True or False")
