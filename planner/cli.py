@@ -50,6 +50,55 @@ def handle_errors(fn):
     return wrapper
 
 
+# Options `plan` and `plan sweep` share, defined once (a fresh OptionInfo for each command).
+def _vpp_opt():
+    return typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank.")
+
+
+def _recompute_layers_opt():
+    return typer.Option(None, "--recompute-layers", help="Full recompute of only the first N layers of each pipeline "
+                        "chunk (Megatron block method).")
+
+
+def _sequence_parallel_opt():
+    return typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism on or off.")
+
+
+def _cross_node_tp_opt():
+    return typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes.")
+
+
+def _tp_comm_overlap_opt():
+    return typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                        help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap).")
+
+
+def _flash_attention_opt():
+    return typer.Option(None, "--flash-attention/--no-flash-attention", help="FlashAttention kernels (no s x s "
+                        "scores in memory); default: the hardware's (none on V100).")
+
+
+def _flash_gen_opt():
+    return typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 (default: FlashAttention-2, "
+                        "cuDNN fused attention) or 1 (FlashAttention-1, its Triton port: half the rate).")
+
+
+def _cp_comm_opt():
+    return typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
+                        "attention) or allgather (Llama 3, torchtitan: exposed).")
+
+
+def _eager_opt():
+    return typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as eager PyTorch "
+                        "kernels (torchtitan without torch.compile); default: fused (Megatron/Transformer Engine, "
+                        "torch.compile).")
+
+
+def _pp_scatter_gather_opt():
+    return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
+                        "(Megatron-LM 2021-22, DeepSpeed's pipeline engine); default: whole sends, as Megatron-Core.")
+
+
 @app.callback(invoke_without_command=True)
 @handle_errors
 def plan(
@@ -75,35 +124,23 @@ def plan(
     pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
     dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
-    vpp: Optional[str] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank."),
+    vpp: Optional[str] = _vpp_opt(),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full, or op "
                                             "(torchtitan's per-op policy; tried only when pinned)."),
-    recompute_layers: Optional[str] = typer.Option(None, "--recompute-layers", help="Full recompute of only the "
-                                                   "first N layers of each pipeline chunk (Megatron block method)."),
+    recompute_layers: Optional[str] = _recompute_layers_opt(),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding (HSDP): ZeRO "
                                                "shards within DP x CP / N ranks, replicated N times (1: over all)."),
-    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
-                                                     help="Pin sequence parallelism on or off."),
+    sequence_parallel: Optional[bool] = _sequence_parallel_opt(),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
                                                  "(default: 7% of the GPU's HBM)."),
-    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes."),
-    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
-                                         help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap)."),
-    flash_attention: Optional[bool] = typer.Option(None, "--flash-attention/--no-flash-attention",
-                                                   help="FlashAttention kernels (no s x s scores in memory); "
-                                                   "default: the hardware's (none on V100)."),
-    flash_gen: Optional[str] = typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 "
-                                            "(default: FlashAttention-2, cuDNN fused attention) or 1 "
-                                            "(FlashAttention-1, its Triton port: half the rate)."),
-    cp_comm: str = typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
-                                "attention) or allgather (Llama 3, torchtitan: exposed)."),
-    eager_elementwise: bool = typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as "
-                                           "eager PyTorch kernels (torchtitan without torch.compile); default: fused "
-                                           "(Megatron/Transformer Engine, torch.compile)."),
-    pp_scatter_gather: bool = typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send "
-                                           "over the TP ranks (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
-                                           "default: whole sends, as Megatron-Core."),
+    allow_cross_node_tp: bool = _cross_node_tp_opt(),
+    tp_comm_overlap: bool = _tp_comm_overlap_opt(),
+    flash_attention: Optional[bool] = _flash_attention_opt(),
+    flash_gen: Optional[str] = _flash_gen_opt(),
+    cp_comm: str = _cp_comm_opt(),
+    eager_elementwise: bool = _eager_opt(),
+    pp_scatter_gather: bool = _pp_scatter_gather_opt(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -286,6 +323,16 @@ def sweep_cmd(
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
     dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding: N copies of the "
                                                "ZeRO shard groups at every count (1: sharded over all ranks)."),
+    vpp: Optional[str] = _vpp_opt(),
+    recompute_layers: Optional[str] = _recompute_layers_opt(),
+    sequence_parallel: Optional[bool] = _sequence_parallel_opt(),
+    allow_cross_node_tp: bool = _cross_node_tp_opt(),
+    tp_comm_overlap: bool = _tp_comm_overlap_opt(),
+    flash_attention: Optional[bool] = _flash_attention_opt(),
+    flash_gen: Optional[str] = _flash_gen_opt(),
+    cp_comm: str = _cp_comm_opt(),
+    eager_elementwise: bool = _eager_opt(),
+    pp_scatter_gather: bool = _pp_scatter_gather_opt(),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -295,8 +342,13 @@ def sweep_cmd(
     from planner.sweep import sweep
 
     pins = {k: int_flag(v, f) for k, v, f in (("tp", tp, "--tp"), ("cp", cp, "--cp"), ("pp", pp, "--pp"),
-                                               ("micro_batch", micro_batch, "--micro-batch"),
+                                               ("micro_batch", micro_batch, "--micro-batch"), ("vpp", vpp, "--vpp"),
+                                               ("recompute_layers", recompute_layers, "--recompute-layers"),
                                                ("dp_replicate", dp_replicate, "--dp-replicate")) if v is not None}
+    if sequence_parallel is not None:
+        pins["sequence_parallel"] = sequence_parallel
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins.get("tp"), pins.get("cp"),
+                            False, sequence_parallel, eager_elementwise, pp_scatter_gather)
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute
@@ -311,7 +363,8 @@ def sweep_cmd(
     tokens_b = parse_count(global_batch_tokens, "--global-batch-tokens", binary=True) if global_batch_tokens else None
     hardware = on_network(hardware, network_flags(nics_per_node, nic_gbit_per_s))
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
-               global_batch_tokens=tokens_b, headroom_gib=headroom_gib, **budget, **pins)
+               global_batch_tokens=tokens_b, headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp,
+               runtime=runtime, **budget, **pins)
     title = f"{model} on {df.attrs['hardware']}: best layout per GPU count"
     _print_frame(df, title, "gpus", fmt, output)
     if plot is not None:

@@ -136,6 +136,7 @@ FLAGS = {
     "--dp": lambda rng, f: int_value(rng, [1, 2, 4, 8, 16, 64]),
     "--micro-batch": lambda rng, f: int_value(rng, [1, 2, 4]),
     "--vpp": lambda rng, f: int_value(rng, [1, 2, 4]),
+    "--recompute-layers": lambda rng, f: int_value(rng, [0, 1, 2, 4]),
     "--recompute": lambda rng, f: rng.choice(["none", "selective", "full", "FULL", "sometimes", "", "1", "2"]),
     "--zero": lambda rng, f: rng.choice(["0", "1", "2", "3", "zero-3", "zero3", "ZeRO-1", "7", "-1", "1.0", "", "x"]),
     "--dp-replicate": lambda rng, f: int_value(rng, [1, 2, 3, 4, 8, 64]),
@@ -160,7 +161,8 @@ SWITCHES = ["--sequence-parallel", "--no-sequence-parallel", "--allow-cross-node
             "--pp-scatter-gather"]
 SWEEP_FLAGS = ["--hardware", "--seq-len", "--global-batch", "--global-batch-tokens", "--tokens",
                "--price-per-gpu-hour", "--pue", "--headroom-gib", "--format", "--output", "--nics-per-node",
-               "--nic-gbit-per-s"]
+               "--nic-gbit-per-s", "--tp", "--cp", "--pp", "--micro-batch", "--vpp", "--recompute",
+               "--recompute-layers", "--zero", "--dp-replicate", "--cp-comm", "--flash-attention-gen"]
 
 
 def random_argv(rng: random.Random, files: dict, budget: dict) -> list[str]:
@@ -185,6 +187,8 @@ def random_argv(rng: random.Random, files: dict, budget: dict) -> list[str]:
         for _ in range(rng.randint(0, 3)):
             flag = rng.choice(SWEEP_FLAGS)
             argv += [flag, FLAGS[flag](rng, files)]
+        if rng.random() < 0.3:
+            argv.append(rng.choice(SWITCHES))
         if rng.random() < 0.2:
             argv.remove("--model") if rng.random() < 0.5 else argv.remove("--gpus")
     elif r < 0.91:

@@ -154,6 +154,8 @@ CLI_CASES = [
     # past int64 in the candidate columns (an OverflowError traceback once, found by the fuzz)
     ("recompute-layers-past-int64", ["--model", "7b", "--gpus", "3032", "--recompute-layers", "99999999999999999999"],
      ["error: --recompute-layers:", "expected at most 10,000"]),
+    ("sweep-recompute-layers-past-any-model", ["sweep", "--model", "7b", "--gpus", "8", "--recompute-layers", "10001"],
+     ["error: --recompute-layers:", "10,001", "expected at most 10,000"]),
     # a runtime flag that the pinned layout would ignore
     ("tp-comm-overlap-with-tp-1", ["--model", "8b", "--gpus", "8", "--tp", "1", "--tp-comm-overlap"],
      ["error: --tp-comm-overlap:", "--tp 1"]),

@@ -233,6 +233,37 @@ def test_sweep_cli_takes_layout_pins():
     assert res.exit_code == 2 and "error: --zero:" in res.output
 
 
+def _options(command) -> set[str]:
+    """Every option string a click command takes (both halves of an on/off switch)."""
+    return {o for param in command.params for o in (*param.opts, *param.secondary_opts)}
+
+
+def test_sweep_takes_every_layout_and_runtime_flag_of_plan():
+    """A sweep prices each count as `plan` would price it: it takes all of plan's flags except those that are
+    per-count (--dp) or belong to one search's output (--top, --sort, --export)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    plan_opts, sweep_opts = _options(group), _options(group.commands["sweep"])
+    assert plan_opts - sweep_opts == {"--dp", "--top", "--sort", "--export"}
+
+
+@pytest.mark.parametrize("flags", [["--eager-elementwise"], ["--pp-scatter-gather", "--no-sequence-parallel"],
+                                   ["--tp-comm-overlap", "--flash-attention-gen", "1", "--cp-comm", "allgather"],
+                                   ["--vpp", "2", "--recompute-layers", "1", "--allow-cross-node-tp"]])
+def test_a_sweep_row_is_plans_best_layout_under_the_same_flags(flags):
+    """Each flag reaches the sweep's search: its row for 64 GPUs is plan's first row for the same job and flags,
+    and the runtime flags change the answer (the sweep ignored them before)."""
+    job = ["--model", "70b", "--gpus", "64", "--format", "json"]
+    sweep_row = json.loads(runner.invoke(app, ["sweep", *job, *flags]).stdout)["rows"][0]
+    plan_row = json.loads(runner.invoke(app, [*job, *flags]).stdout)["configs"][0]
+    keys = ("tp", "cp", "pp", "dp", "vpp", "micro_batch", "recompute", "recompute_layers", "zero_stage",
+            "sequence_parallel", "step_time_s")
+    assert {k: sweep_row[k] for k in keys} == {k: plan_row[k] for k in keys}
+    default = json.loads(runner.invoke(app, ["sweep", *job]).stdout)["rows"][0]
+    assert {k: sweep_row[k] for k in keys} != {k: default[k] for k in keys}
+
+
 def test_a_comparison_says_when_its_prices_come_from_different_providers():
     from planner.report import price_note
 
