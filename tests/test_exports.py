@@ -296,6 +296,14 @@ def test_a_refused_export_names_what_blocks_every_layout():
     assert _blocking(found[1:]).startswith("DeepSpeed has no context parallelism")
 
 
+def test_an_unknown_framework_is_refused_not_read_as_deepspeed():
+    row = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",
+           "sequence_parallel": True, "micro_batch": 1}
+    for call in (lambda: blockers("nemo", row), lambda: export("nemo", row, None, None)):
+        with pytest.raises(PlannerError, match="framework.*got 'nemo', expected one of megatron, torchtitan, deepspeed"):
+            call()
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
 def test_blockers_refuse_a_mixed_precision_format_that_is_neither_bf16_nor_fp16(framework):
     row = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",

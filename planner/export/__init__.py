@@ -25,8 +25,14 @@ __all__ = ["FRAMEWORKS", "best_supported", "blockers", "deepspeed_config", "expo
            "megatron_args", "plan_line", "rank_order", "torchtitan_toml", "unsupported"]
 
 
+def _check_framework(framework) -> None:
+    if framework not in FRAMEWORKS:
+        raise PlannerError("framework", f"got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+
+
 def blockers(framework: str, row, dtype: str = "bf16") -> list[str]:
     """Every reason `framework` cannot run this layout as planned (in mixed precision `dtype`); empty if it can."""
+    _check_framework(framework)
     is_fp16(dtype)                                      # refuses a dtype that is neither, for every framework
     if framework == "megatron":
         return megatron.blockers(row)
@@ -57,6 +63,7 @@ def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runti
     """(text, notes) for `framework` (one of FRAMEWORKS), in mixed precision `dtype` (bf16, or fp16 on a GPU without
     bf16: HardwareSpec.mixed_precision). Megatron and torchtitan carry their notes as comments in the text;
     DeepSpeed's JSON cannot, so its notes come back separately."""
+    _check_framework(framework)
     if framework == "megatron":
         return megatron_args(row, m, job, runtime, dtype, transformer_engine), []
     if framework == "torchtitan":
