@@ -52,6 +52,24 @@ def test_no_false_out_of_memory(preds):
     assert oom == []
 
 
+def test_torchtitans_published_out_of_memory_is_predicted(tmp_path, preds):
+    """The other side of no false out-of-memory: torchtitan's docs/performance.md (footnote 1) reports Llama 2 70B on
+    64 A100-80GB with FSDP2 and per-op checkpointing at local batch 1 because local batch 2 ran out of memory,
+    while full checkpointing trained at batch 2. Against the whole HBM (no headroom) the planner agrees on all
+    three: the two published runs fit, and the op-checkpointed run at batch 2 does not."""
+    op_run, full_run = preds["torchtitan_a100_06"], preds["torchtitan_a100_07"]
+    assert (op_run.run.layout.recompute, op_run.run.layout.micro_batch) == ("op", 1) and op_run.fits
+    assert (full_run.run.layout.recompute, full_run.run.layout.micro_batch) == ("full", 2) and full_run.fits
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "torchtitan_a100_06")
+    run = {**run, "id": "op_batch_2", "layout": {**run["layout"], "micro_batch": 2},
+           "model": {**run["model"], "global_batch": 128}}
+    path = tmp_path / "oom.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    oom = predict(load_runs_file(path).runs[0])
+    assert oom.error is None and not oom.fits
+
+
 @pytest.mark.parametrize("ids", [
     ("mtnlg_530b_2240gpu", "mtnlg_530b_2800gpu", "mtnlg_530b_3360gpu"),
     ("narayanan2021_t2_ptd_175b_384gpu", "narayanan2021_t2_ptd_175b_768gpu", "narayanan2021_t2_ptd_175b_1536gpu"),
@@ -62,6 +80,7 @@ def test_no_false_out_of_memory(preds):
     tuple(f"megascale_megatron_175b_{n}gpu" for n in (256, 512, 768, 1024)),
     tuple(f"megascale_megatron_175b_{n}gpu" for n in (3072, 6144, 8192, 12288)),
 ])
+
 def test_fixed_batch_more_gpus_lowers_per_gpu_throughput(preds, ids):
     """Strong scaling at a fixed global batch: fewer micro-batches per pipeline and more exposed DP traffic make
     per-GPU throughput fall, in the measurements and in the predictions, by a similar amount."""
