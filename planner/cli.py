@@ -96,7 +96,8 @@ def _eager_opt():
 
 def _pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
-                        "(Megatron-LM 2021-22, DeepSpeed's pipeline engine); default: whole sends, as Megatron-Core.")
+                        "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
+                        "default: whole sends, as Megatron-Core.")
 
 
 @app.callback(invoke_without_command=True)

@@ -324,7 +324,8 @@ def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, sta
     # interleaved. A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence
     # shard) or Megatron-LM's scatter/gather, else the whole of it (Megatron-Core schedules.get_tensor_shapes).
     # Scatter/gather without SP rebuilds the whole tensor on the receiver with an all-gather over the TP group
-    # before it can be used (Narayanan §4.1, Figure 9; DeepSpeed PartitionedTensor.full()), in both directions.
+    # before it can be used (Narayanan §4.1; Megatron-LM p2p_communication._communicate; DeepSpeed
+    # PartitionedTensor.full()), in both directions.
     sp = np.asarray(c["sp"], dtype=bool)
     split = np.where(sp | rt.pp_scatter_gather, t, 1)
     stage_out_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden
