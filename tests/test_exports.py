@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import planner
 from planner.cli import app
 from planner.errors import PlannerError
-from planner.export import blockers, export, unsupported
+from planner.export import best_supported, blockers, export, unsupported
 
 runner = CliRunner()
 
@@ -299,7 +299,10 @@ def test_a_refused_export_names_what_blocks_every_layout():
 def test_an_unknown_framework_is_refused_not_read_as_deepspeed():
     row = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",
            "sequence_parallel": True, "micro_batch": 1}
-    for call in (lambda: blockers("nemo", row), lambda: export("nemo", row, None, None)):
+    nothing_fits = planner.run_search("8b", 1)                 # refused before best_supported looks at its rows
+    assert len(nothing_fits.table) == 0
+    for call in (lambda: blockers("nemo", row), lambda: export("nemo", row, None, None),
+                 lambda: best_supported("nemo", nothing_fits)):
         with pytest.raises(PlannerError, match="framework.*got 'nemo', expected one of megatron, torchtitan, deepspeed"):
             call()
 

@@ -248,20 +248,31 @@ def test_sweep_takes_every_layout_and_runtime_flag_of_plan():
     assert plan_opts - sweep_opts == {"--dp", "--top", "--sort", "--export"}
 
 
-@pytest.mark.parametrize("flags", [["--eager-elementwise"], ["--pp-scatter-gather", "--no-sequence-parallel"],
-                                   ["--tp-comm-overlap", "--flash-attention-gen", "1", "--cp-comm", "allgather"],
-                                   ["--vpp", "2", "--recompute-layers", "1", "--allow-cross-node-tp"]])
-def test_a_sweep_row_is_plans_best_layout_under_the_same_flags(flags):
-    """Each flag reaches the sweep's search: its row for 64 GPUs is plan's first row for the same job and flags,
-    and the runtime flags change the answer (the sweep ignored them before)."""
-    job = ["--model", "70b", "--gpus", "64", "--format", "json"]
-    sweep_row = json.loads(runner.invoke(app, ["sweep", *job, *flags]).stdout)["rows"][0]
-    plan_row = json.loads(runner.invoke(app, [*job, *flags]).stdout)["configs"][0]
+@pytest.mark.parametrize("model, base, flag", [
+    ("70b", [], ["--eager-elementwise"]),
+    ("70b", [], ["--flash-attention-gen", "1"]),
+    ("70b", [], ["--vpp", "2"]),
+    ("70b", [], ["--recompute-layers", "1"]),
+    ("70b", [], ["--no-sequence-parallel"]),
+    ("70b", ["--tp", "8", "--pp", "4", "--no-sequence-parallel"], ["--pp-scatter-gather"]),
+    ("70b", ["--tp", "8", "--pp", "4"], ["--tp-comm-overlap"]),
+    ("70b", ["--cp", "2"], ["--cp-comm", "allgather"]),
+    ("175b", ["--tp", "16"], ["--allow-cross-node-tp"]),         # GPT-3's 96 heads: TP 16 divides them
+])
+def test_a_sweep_row_is_plans_best_layout_under_the_same_flags(model, base, flag):
+    """Each flag reaches the sweep's search: with it, the sweep's row for 64 GPUs is plan's first row for the same
+    job, and the flag alone changes that row (or, for --allow-cross-node-tp, makes TP 16 valid at all)."""
+    job = ["--model", model, "--gpus", "64", "--format", "json", *base]
     keys = ("tp", "cp", "pp", "dp", "vpp", "micro_batch", "recompute", "recompute_layers", "zero_stage",
             "sequence_parallel", "step_time_s")
-    assert {k: sweep_row[k] for k in keys} == {k: plan_row[k] for k in keys}
-    default = json.loads(runner.invoke(app, ["sweep", *job]).stdout)["rows"][0]
-    assert {k: sweep_row[k] for k in keys} != {k: default[k] for k in keys}
+    row = json.loads(runner.invoke(app, ["sweep", *job, *flag]).stdout)["rows"][0]
+    plan_row = json.loads(runner.invoke(app, [*job, *flag]).stdout)["configs"][0]
+    assert row["status"] == "ok" and {k: row[k] for k in keys} == {k: plan_row[k] for k in keys}
+    without = runner.invoke(app, ["sweep", *job])
+    if without.exit_code == 2:                                 # TP 16 spans two nodes: invalid without the flag
+        assert flag == ["--allow-cross-node-tp"] and "TP exceeds the 8 GPUs of a node" in without.output
+    else:
+        assert {k: row[k] for k in keys} != {k: json.loads(without.stdout)["rows"][0][k] for k in keys}
 
 
 def test_a_comparison_says_when_its_prices_come_from_different_providers():

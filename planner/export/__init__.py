@@ -74,6 +74,7 @@ def export(framework: str, row, m: ModelSpec, job: Job, runtime: Runtime = Runti
 
 def best_supported(framework: str, result) -> tuple[str, list[str]]:
     """The best fitting layout of a search that `framework` can run, as (text, notes)."""
+    _check_framework(framework)
     dtype = result.hardware.mixed_precision
     if framework == "torchtitan" and is_fp16(dtype):           # before the rows: no layout changes the answer
         raise torchtitan.no_fp16(result.hardware.name)

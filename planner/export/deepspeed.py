@@ -77,9 +77,11 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         if zero >= 2:
             notes.append("DeepSpeed does not support ZeRO-2/3 with pipeline parallelism: use stage 1")
         if not runtime.pp_scatter_gather and whole_pp_sends(row):
-            notes.append("DeepSpeed's pipeline engine splits each stage's output over the TP ranks; the plan priced "
-                         "whole sends (Megatron-Core without SP): expect less PP time (Runtime(pp_scatter_gather="
-                         "True) prices the split)")
+            # no direction: the split saves network bytes between nodes, and its all-gathers cost more than
+            # they save when the stages share a node
+            notes.append("DeepSpeed's pipeline engine splits each stage's output over the TP ranks and all-gathers it "
+                         "on the receiver; the plan priced whole sends (Megatron-Core without SP), so expect another "
+                         "PP time (Runtime(pp_scatter_gather=True) prices the split)")
     if row["recompute"] == "selective":
         notes.append("selective recompute: use the model's own checkpointing of the attention core "
                      "(DeepSpeed checkpoints whole layers)")

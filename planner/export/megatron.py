@@ -133,8 +133,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
     if runtime.pp_scatter_gather and whole_pp_sends(row):
-        header += ("\n# the plan priced pipeline sends split over the TP ranks (pp_scatter_gather); without "
-                   "--sequence-parallel Megatron-Core sends each whole: expect more PP time")
+        header += ("\n# the plan priced pipeline sends split over the TP ranks and all-gathered on the receiver "
+                   "(pp_scatter_gather); without --sequence-parallel Megatron-Core sends each whole: expect another "
+                   "PP time (more network bytes, no all-gather)")
     if mlp:
         header += "\n" + mlp
     if order := order_note("megatron", row):
