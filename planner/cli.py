@@ -424,6 +424,10 @@ def validate_cmd(
     runs_file: Optional[str] = typer.Argument(
         None, help="YAML of measured runs, in the bundled file's format or the shared dataset's flat one "
                    "(default: the bundled published runs)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Only the runs on this profile (name or "
+                                           "alias)."),
+    group: Optional[str] = typer.Option(None, "--group", help="Only the runs whose source group contains this text "
+                                        "(case-insensitive)."),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv (one row per run)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON or CSV to this file "
                                                                       "(atomically)."),
@@ -431,14 +435,15 @@ def validate_cmd(
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
     from planner import report, validation_report
-    from planner.validate import load_runs_file, predict_all, summarize
+    from planner.validate import load_runs_file, predict_all, select_runs, summarize
 
     fmt = output_format(fmt, output)
     check_paths(output)
     runs = load_runs_file(runs_file)
-    preds = predict_all(list(runs.runs))
+    preds = predict_all(select_runs(runs.runs, hardware, group))
     failed = [p for p in preds if p.error is not None]
-    skipped = dict(runs.skipped)
+    # runs a shared-format file could not express say nothing about a selection (their hardware may be unknown)
+    skipped = dict(runs.skipped) if hardware is None and group is None else {}
     if failed and not runs.shared_format:   # a run the planner cannot express is an error in the runs file
         raise PlannerError(f"run {failed[0].run.id}", failed[0].error)
     skipped.update({p.run.id: p.error for p in failed})     # shared-dataset files: listed with the reason

@@ -456,6 +456,29 @@ def predict_all(runs: list[ValidationRun]) -> list[Prediction]:
     return [predict(r) for r in runs]
 
 
+def select_runs(runs: list[ValidationRun], hardware: str | None = None, group: str | None = None
+                ) -> list[ValidationRun]:
+    """The runs on one hardware profile (a name or alias, as --hardware takes it) and/or whose source group contains
+    `group` (case-insensitive); none selected is an error naming the filter and what the runs offer."""
+    chosen = list(runs)
+    if hardware is not None:
+        wanted = {str(hardware).strip().lower(), load_hardware(hardware).name.lower()}
+        offered = sorted({r.hardware for r in chosen})
+        chosen = [r for r in chosen if r.hardware.lower() in wanted]
+        if not chosen:
+            raise PlannerError("--hardware", f"no run is on {hardware!r}; the runs are on {', '.join(offered)}")
+    if group is not None:
+        text = str(group).strip().lower()
+        offered = sorted({r.group for r in chosen})
+        chosen = [r for r in chosen if text and text in r.group.lower()]
+        if not chosen:
+            shown = "; ".join(offered[:8]) + (f"; and {len(offered) - 8} more" if len(offered) > 8 else "")
+            where = f" on {hardware}" if hardware is not None else ""
+            raise PlannerError("--group", f"no run{where} has a group containing {group!r}; the groups{where} are "
+                                          f"{shown}")
+    return chosen
+
+
 def _stats(errors: list[float]) -> dict:
     a = np.asarray(errors, dtype=float)
     if a.size == 0:

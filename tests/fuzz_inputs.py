@@ -201,6 +201,10 @@ def random_argv(rng: random.Random, files: dict, budget: dict) -> list[str]:
             argv += ["--format", rng.choice(["json", "csv", "table", "xml"])]
         if rng.random() < 0.2:
             argv += ["--output", rng.choice(["v.json", "v.csv", "nodir/v.json"])]
+        if rng.random() < 0.2:
+            argv += ["--hardware", rng.choice(["h100", "A100-80GB", "v100-sxm", "tpu", "", "b200,h100"])]
+        if rng.random() < 0.2:
+            argv += ["--group", rng.choice(["korthikanti", "MegaScale", "nope", "", " ", "(A100"])]
     else:
         argv = [rng.choice(["--help", "-h", "sweep", "validate", "nope", "--model", "", "--", "-"])]
         if rng.random() < 0.5:

@@ -431,3 +431,25 @@ def test_a_run_on_a_cluster_with_fewer_nics_is_priced_on_its_network(tmp_path):
 ])
 def test_a_bad_run_network_names_the_field(tmp_path, capsys, changes, needles):
     assert_mentions(bad_line(capsys, "validate", _run_file_with(tmp_path, **changes)), *needles)
+
+
+def test_validate_selects_runs_by_hardware_and_group(capsys, preds):
+    """`plan validate --hardware h100 --group megatron` re-predicts only those runs (an alias names its profile),
+    with the same numbers as the whole file; a filter that selects nothing is one line naming it and what is there."""
+    def ids(*flags):
+        res = runner.invoke(app, ["validate", *flags, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        assert doc["summary"]["overall"]["runs"] == len(doc["runs"])
+        return {r["id"]: r["throughput_error"] for r in doc["runs"]}
+
+    h100 = ids("--hardware", "h100")
+    assert set(h100) == {i for i, p in preds.items() if p.run.hardware == "h100-sxm"} and len(h100) >= 20
+    both = ids("--hardware", "H100-SXM", "--group", "MEGATRON-CORE")
+    assert set(both) == {i for i, p in preds.items()
+                         if p.run.hardware == "h100-sxm" and "megatron-core" in p.run.group.lower()} and both
+    assert all(both[i] == pytest.approx(preds[i].throughput_error, rel=1e-12) for i in both)
+    assert_mentions(bad_line(capsys, "validate", "--group", "nope"), "--group", "'nope'", "Korthikanti2022")
+    assert_mentions(bad_line(capsys, "validate", "--hardware", "b200", "--group", "korthikanti"), "--group",
+                    "no run on b200", "'korthikanti'")
+    assert_mentions(bad_line(capsys, "validate", "--hardware", "tpu"), "--hardware", "unknown hardware 'tpu'")
