@@ -11,8 +11,8 @@ from rich.console import Console
 
 from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
-                           network_flags, on_network, output_format, parse_count, reject_unused, runtime_flags,
-                           usage_error_line)
+                           int_pins, network_flags, on_network, output_format, parse_count, reject_unused,
+                           runtime_flags, usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -166,11 +166,9 @@ def plan(
         raise PlannerError(missing, "required (e.g. plan --model 405b --gpus 512; see plan --help)")
     gpus, seq_len, global_batch, top = (int_flag(v, f) for v, f in ((gpus, "--gpus"), (seq_len, "--seq-len"),
                                                                  (global_batch, "--global-batch"), (top, "--top")))
-    tp, cp, pp, dp, micro_batch, vpp = (int_flag(v, f) for v, f in ((tp, "--tp"), (cp, "--cp"), (pp, "--pp"),
-                                                                    (dp, "--dp"), (micro_batch, "--micro-batch"),
-                                                                    (vpp, "--vpp")))
-    recompute_layers, dp_replicate = (int_flag(v, f) for v, f in ((recompute_layers, "--recompute-layers"),
-                                                                   (dp_replicate, "--dp-replicate")))
+    tp, cp, pp, dp, micro_batch, vpp, recompute_layers, dp_replicate = int_pins(
+        tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, recompute_layers=recompute_layers,
+        dp_replicate=dp_replicate).values()
     headroom_gib = float_flag(headroom_gib, "--headroom-gib")
     network = network_flags(nics_per_node, nic_gbit_per_s)
     from planner import report
@@ -342,10 +340,9 @@ def sweep_cmd(
     from planner.specs.strategy import recompute_code, zero_code
     from planner.sweep import sweep
 
-    pins = {k: int_flag(v, f) for k, v, f in (("tp", tp, "--tp"), ("cp", cp, "--cp"), ("pp", pp, "--pp"),
-                                               ("micro_batch", micro_batch, "--micro-batch"), ("vpp", vpp, "--vpp"),
-                                               ("recompute_layers", recompute_layers, "--recompute-layers"),
-                                               ("dp_replicate", dp_replicate, "--dp-replicate")) if v is not None}
+    given = int_pins(tp=tp, cp=cp, pp=pp, micro_batch=micro_batch, vpp=vpp, recompute_layers=recompute_layers,
+                     dp_replicate=dp_replicate)
+    pins = {k: v for k, v in given.items() if v is not None}
     if sequence_parallel is not None:
         pins["sequence_parallel"] = sequence_parallel
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins.get("tp"), pins.get("cp"),

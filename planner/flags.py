@@ -12,7 +12,7 @@ import re
 from enum import Enum
 
 from planner.checks import SUFFIX_RULE, parse_count  # noqa: F401  (the CLI's parser, re-exported)
-from planner.errors import PlannerError
+from planner.errors import KEYWORD_FLAGS, PlannerError
 
 
 class Format(str, Enum):
@@ -32,6 +32,12 @@ def int_flag(value, flag: str):
     if number < 1:
         raise PlannerError(flag, f"got {number}, expected a positive integer")
     return number
+
+
+def int_pins(**values) -> dict:
+    """Whole-number layout pins (tp=..., vpp=...) as `plan` and `plan sweep` take them: each parsed in the order
+    given, as its own flag (KEYWORD_FLAGS); None where absent."""
+    return {k: int_flag(v, KEYWORD_FLAGS[k]) for k, v in values.items()}
 
 
 def float_flag(value, flag: str):
