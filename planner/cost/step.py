@@ -266,8 +266,9 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP: the runtime's order when the
     # framework fixes it, else the cheaper per layout.
     params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
-    results = [_placed_comm(m, hw, job, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd,
-                            stage_bwd, stage_comp + stage_tp + stage_cp, dp_inner) for dp_inner in (True, False)]
+    send = _pp_send_parts(m, hw, job, c, runtime, precision)        # the same for either placement
+    results = [_placed_comm(hw, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd, stage_bwd,
+                            stage_comp + stage_tp + stage_cp, send, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
     if runtime.rank_order is None:      # PP next to TP only where a framework can launch it
         pick_dp_inner = pick_dp_inner | ~pp_next_launchable(cp, p, z)
@@ -314,26 +315,37 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     return out
 
 
-def _placed_comm(m, hw, job, c, rt, precision, num_mb, params_stage, layers, stage_fwd, stage_bwd, stage_mb,
+def _pp_send_parts(m, hw, job, c, rt, precision):
+    """(bytes each TP rank sends across a stage boundary, seconds of the receiver's TP all-gather) per micro-batch.
+
+    A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence shard) or
+    Megatron-LM's scatter/gather, else the whole of it (Megatron-Core schedules.get_tensor_shapes). Scatter/gather
+    without SP rebuilds the whole tensor on the receiver with an all-gather over the TP group before it can be used
+    (Narayanan §4.1; Megatron-LM p2p_communication._communicate; DeepSpeed PartitionedTensor.full()), in both
+    directions. Neither depends on the rank placement: the TP group is innermost in both orders.
+    """
+    t = c["tp"]
+    sp = np.asarray(c["sp"], dtype=bool)
+    split = np.where(sp | rt.pp_scatter_gather, t, 1)
+    stage_out_bytes = precision.activation_bytes * job.seq_len / c["cp"] * c["micro_batch"] * m.hidden
+    regather = 0.0
+    if rt.pp_scatter_gather:                    # off by default: the search's usual path skips the all-gather
+        regather = np.where(~sp & (t > 1), comm.all_gather_time_s(
+            stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=_world(c))), 0.0)
+    return stage_out_bytes / split, regather
+
+
+def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, stage_bwd, stage_mb, send,
                  dp_inner):
-    """(PP comm, exposed DP comm) in seconds per step for one rank placement."""
-    t, cp, p, d, b, v, z = (c[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "zero"))
+    """(PP comm, exposed DP comm) in seconds per step for one rank placement; `send` is `_pp_send_parts(...)`."""
+    t, cp, p, d, v, z = (c[k] for k in ("tp", "cp", "pp", "dp", "vpp", "zero"))
     dp_stride = comm.placement_strides(t, p, d, dp_inner, cp)[0]
 
     # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
-    # interleaved. A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence
-    # shard) or Megatron-LM's scatter/gather, else the whole of it (Megatron-Core schedules.get_tensor_shapes).
-    # Scatter/gather without SP rebuilds the whole tensor on the receiver with an all-gather over the TP group
-    # before it can be used (Narayanan §4.1; Megatron-LM p2p_communication._communicate; DeepSpeed
-    # PartitionedTensor.full()), in both directions.
-    sp = np.asarray(c["sp"], dtype=bool)
-    split = np.where(sp | rt.pp_scatter_gather, t, 1)
-    stage_out_bytes = precision.activation_bytes * job.seq_len / cp * b * m.hidden
+    # interleaved; where the boundary crosses nodes depends on the placement.
+    send_bytes, regather = send
     cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node, cp)
-    p2p = comm.p2p_time_s(stage_out_bytes / split, cross, hw)
-    if rt.pp_scatter_gather:
-        regather = comm.all_gather_time_s(stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=_world(c)))
-        p2p = p2p + np.where(~sp & (t > 1), regather, 0.0)
+    p2p = comm.p2p_time_s(send_bytes, cross, hw) + regather
     pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
 
     grad_bytes = params_stage * precision.grad_bytes
