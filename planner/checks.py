@@ -16,7 +16,8 @@ def is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
 
 
-MAX_COUNT = 1e30         # tokens and batch tokens: far beyond any training run, and finite in float arithmetic
+MAX_COUNT_TEXT = "1e30"  # tokens and batch tokens: far beyond any training run, and finite in float arithmetic
+MAX_COUNT = float(MAX_COUNT_TEXT)     # the text is what messages print ({MAX_COUNT} would print 1e+30)
 
 
 def shown(value) -> str:
@@ -56,8 +57,8 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"
     value = Decimal(match.group(1)) * _SUFFIX[suffix]          # exact: 8.2T is 8,200,000,000,000 (floats: ...999.999)
-    if value > Decimal(repr(MAX_COUNT)):
-        raise PlannerError(flag, f"got {text!r}, expected at most 1e30")
+    if value > Decimal(MAX_COUNT_TEXT):
+        raise PlannerError(flag, f"got {text!r}, expected at most {MAX_COUNT_TEXT}")
     if value < 1 or value != value.to_integral_value():
         raise PlannerError(flag, f"got {text!r}, expected a positive whole number")
     return int(value)

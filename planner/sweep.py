@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.checks import MAX_COUNT, checked_int, is_int, is_real, parse_count, shown
+from planner.checks import MAX_COUNT, MAX_COUNT_TEXT, checked_int, is_int, is_real, parse_count, shown
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError, library_api
@@ -58,7 +58,7 @@ def check_budget(tokens, price_usd_per_gpu_hour=None, pue=budget.DEFAULT_PUE) ->
     profile's), a PUE from 1.0 to 3.0. One check for the command line (after it parses suffixes) and the library."""
     if tokens is not None and (not is_real(tokens) or not 0 < tokens <= MAX_COUNT):
         raise PlannerError("--tokens", f"got {shown(tokens)}, expected a positive number of tokens (e.g. 15e12), "
-                                       "at most 1e30")
+                                       f"at most {MAX_COUNT_TEXT}")
     price = price_usd_per_gpu_hour
     if price is not None and (not is_real(price) or not 0 < price <= MAX_PRICE_USD_PER_GPU_HOUR):
         raise PlannerError("--price-per-gpu-hour", f"got {shown(price)}, expected a positive number of USD, at "
