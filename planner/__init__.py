@@ -9,7 +9,8 @@ from planner.specs.hardware import HardwareSpec, list_hardware, load_hardware
 from planner.specs.model import ModelSpec, list_models, load_model
 from planner.specs.strategy import Job, Layout, Precision, Runtime
 from planner.sweep import compare_hardware, sweep
-from planner.validate import load_runs, predict
+from planner.runs_file import load_runs
+from planner.validate import predict
 
 __all__ = [
     "Evaluation", "HardwareSpec", "Job", "Layout", "ModelSpec", "Pins", "PlannerError", "Precision", "Runtime",

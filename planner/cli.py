@@ -432,7 +432,8 @@ def validate_cmd(
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
     from planner import report, validation_report
-    from planner.validate import load_runs_file, predict_all, select_runs, summarize
+    from planner.runs_file import load_runs_file
+    from planner.validate import predict_all, select_runs, summarize
 
     fmt = output_format(fmt, output)
     check_paths(output)

@@ -20,7 +20,8 @@ import sys
 import numpy as np
 
 from planner.specs.hardware import load_hardware
-from planner.validate import FIT_GROUPS, load_runs_file, predict, predict_layer_ms
+from planner.runs_file import load_runs_file
+from planner.validate import FIT_GROUPS, predict, predict_layer_ms
 
 FAMILIES = {"a100": ("a100-80gb", "a100-40gb"), "h100": ("h100-sxm",), "v100": ("v100-sxm",)}
 GRIDS = {

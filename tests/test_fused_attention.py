@@ -13,7 +13,8 @@ import planner
 from planner.errors import PlannerError
 from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
 from planner.specs.strategy import Runtime
-from planner.validate import load_runs, predict_all
+from planner.runs_file import load_runs
+from planner.validate import predict_all
 
 V100 = ["--model", "8b", "--gpus", "16", "--hardware", "v100-sxm"]
 

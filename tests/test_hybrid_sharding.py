@@ -171,7 +171,8 @@ def test_a_run_file_states_hybrid_sharding_and_an_unstated_one_is_full_sharding(
     (every framework's default), never a searched hybrid degree."""
     import yaml
 
-    from planner.validate import load_runs, predict
+    from planner.runs_file import load_runs
+    from planner.validate import predict
 
     run = next(r for r in load_runs() if r.layout.zero_stage == 3 and (r.layout.dp or 1) % 4 == 0)
     assert predict(run).evaluation.row["dp_replicate"] == 1

@@ -15,7 +15,7 @@ LAYERS = [
     {"cost", "cost.params", "cost.pipeline", "cost.flops", "cost.memory", "cost.compute", "cost.comm", "cost.step",
      "cost.budget"},                                                                    # pure closed-form functions
     {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs",
-     "validate"},
+     "runs_file", "validate"},
     {"report", "validation_report", "export", "export.common", "export.megatron", "export.torchtitan",
      "export.deepspeed", "plot"},                                                       # what a user reads
     {"flags", "cli", "__main__", ""},                                                   # the edge ("" = planner/__init__)

@@ -14,7 +14,8 @@ from planner.cost.params import total_params
 from planner.errors import PlannerError
 from planner.specs.model import ModelFile
 from planner.specs.strategy import Runtime
-from planner.validate import BUNDLED_RUNS, load_runs, load_runs_file, predict
+from planner.runs_file import BUNDLED_RUNS, load_runs, load_runs_file
+from planner.validate import predict
 
 DATA = Path(__file__).parent / "data"
 FLAT = DATA / "llm_foundry_flat.yaml"

@@ -81,7 +81,7 @@ def test_cli_pins_exports_and_refuses(capsys):
 
 @pytest.mark.parametrize("run_id", ["torchtitan_a100_01", "torchtitan_a100_05", "torchtitan_a100_06"])
 def test_torchtitan_op_runs_are_bundled(run_id):
-    from planner.validate import load_runs
+    from planner.runs_file import load_runs
     run = next(r for r in load_runs() if r.id == run_id)
     assert run.layout.recompute == "op" and run.flops_convention == "all_params"
 

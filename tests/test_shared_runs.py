@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs.strategy import DEFAULT_FLASH_GENERATION
-from planner.validate import BUNDLED_RUNS, load_runs_file, measured_step_time_s, predict, summarize
+from planner.runs_file import BUNDLED_RUNS, load_runs_file, measured_step_time_s
+from planner.validate import predict, summarize
 
 SHARED = Path(__file__).parent / "data" / "shared_published_runs.yaml"
 
@@ -124,7 +125,8 @@ def test_a_stated_hybrid_degree_is_imported(text, zero, replicas):
     """Hybrid sharding whose degree the free text states becomes layout.dp_replicate (FSDP HYBRID_SHARD: ZeRO-3 in
     groups; its ZeRO-2 variant or Megatron's distributed-optimizer instances where the text says so) and is
     predicted."""
-    from planner.validate import ValidationRun, predict
+    from planner.runs_file import ValidationRun
+    from planner.validate import predict
 
     converted, why = convert_run(_run(zero_stage=text, tp=8, pp=16))
     assert why is None
@@ -144,7 +146,7 @@ def test_flash_attention_from_2023_only_where_the_gpu_runs_it(gpu, flash):
     gpu.fused_attention): a 2024 V100 run gets unfused attention, and is predicted rather than rejected."""
     converted, why = convert_run(_run(gpu=gpu, group="Megatron-Core 2024", num_gpus=128, pp=16, tp=8))
     assert why is None and converted["runtime"]["flash_attention"] is flash
-    from planner.validate import ValidationRun
+    from planner.runs_file import ValidationRun
 
     assert predict(ValidationRun.model_validate(converted)).error is None
 

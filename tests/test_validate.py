@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.validate import (BUNDLED_RUNS, RunsFile, load_runs, load_runs_file, predict, predict_all,
-                              predict_layer_ms, summarize)
+from planner.runs_file import BUNDLED_RUNS, RunsFile, load_runs, load_runs_file
+from planner.validate import predict, predict_all, predict_layer_ms, summarize
 
 runner = CliRunner()
 

@@ -1,7 +1,7 @@
 """How a job is split and run: the training job, the parallel layout, precision and runtime features.
 
 One small dataclass owns the layout knobs (torchtitan's ParallelDims idea): `Layout`'s fields are the knob list.
-The search's pins (candidates.Pins), the knobs of a validation run (validate.RunLayout) and the cost layer's candidate
+The search's pins (candidates.Pins), the knobs of a validation run (runs_file.RunLayout) and the cost layer's candidate
 columns (KNOB_COLUMNS, cost.step.KNOBS) are derived from them. A parallel dimension is a Layout field and a name in
 `PARALLEL_DIMS`, with its enumeration (candidates.enumerate_candidates), its validity rules (constraints) and its cost
 terms: context parallelism (cp) was added that way, and expert parallelism will be. Hybrid sharding (dp_replicate)

@@ -9,7 +9,7 @@ from planner.cost.step import KNOBS
 from planner.errors import PlannerError
 from planner.candidates import Pins
 from planner.specs.strategy import KNOB_COLUMNS, LAYOUT_KNOBS, Layout, check_knobs
-from planner.validate import RunLayout
+from planner.runs_file import RunLayout
 
 
 def test_every_knob_list_is_derived_from_layout():
@@ -44,7 +44,7 @@ def test_layout_takes_numpy_scalars_and_stores_plain_python_values():
 def test_a_runs_file_with_a_bad_knob_names_the_run_and_the_knob(tmp_path):
     import yaml
 
-    from planner.validate import BUNDLED_RUNS, load_runs
+    from planner.runs_file import BUNDLED_RUNS, load_runs
 
     run = yaml.safe_load(BUNDLED_RUNS.read_text())["runs"][0]
     run["layout"]["zero_stage"] = 5
