@@ -242,15 +242,20 @@ def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
     when k > 1 (no NVLink with one member per node). The bus bandwidth min(k·W_net, W_node) reproduces the
     measured multi-node ring busbw of hardware.md §3 (DGX A100 ~192 GB/s; 4 x 8 H200 364.7; 4 x 8 B200 381.8;
     248 x 8 H200 ~350), never above the one-node figure (as measured), where running the two phases one after the
-    other priced 115-300 GB/s (_collective_total). The overlap slowdown charges each link's bytes (_slowdown): only
-    (k−1)/k of them cross NVLink, and the GPU copies and reduces the same bytes whether or not the links run at once."""
+    other priced 115-300 GB/s (_collective_total). On a full mesh a group of k < n per node has only k − 1 links
+    (node_bandwidth), which carry the (k−1)/k of a GPU's bytes that stay in the node: its fabric side is
+    rounds·(n−1)/n·(k−1)/k·S over those links, or the whole-node rate above if that is slower (behind a switch it
+    always is). The overlap slowdown charges each link's bytes (_slowdown): only (k−1)/k of them cross NVLink, and
+    the GPU copies and reduces the same bytes whether or not the links run at once."""
     k, nodes = span
     w_node, w_net = node_bandwidth(k, hw), _bandwidths(hw)[1]
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
     n = k * nodes
     across = nodes > 1
-    node = rounds * np.where(across, np.where(k > 1, (n - 1) / n, 0.0), (k - 1) / k) * s / w_node
+    # seconds per byte of a GPU's ring traffic on the in-node side when the group spans nodes
+    fabric = np.maximum((k - 1) / np.maximum(k, 1) / w_node, 1.0 / _bandwidths(hw)[0])
+    node = rounds * np.where(across, np.where(k > 1, (n - 1) / n * fabric, 0.0), (k - 1) / k / w_node) * s
     net = np.where(across, rounds * (n - 1) / n * s / (k * w_net), 0.0)
     if hw.intra_half_bw_bytes:                 # the bundled profiles leave both at 0 (the plateau)
         node = node * (1 + hw.intra_half_bw_bytes / np.maximum(call, 1.0))

@@ -326,3 +326,22 @@ def test_a_mesh_node_gives_a_group_only_its_links():
     assert ring_exchange_time_s(8e9, 8, 1, mi) == pytest.approx(base + 7 * (1e9 / busbw[2] + step), rel=1e-9)
     assert np.allclose(node_bandwidth(np.array([2, 4, 8]), HW), W_NODE, rtol=1e-12)
     assert np.allclose(node_bandwidth(np.array([[2], [8]]), mi), [[busbw[2]], [busbw[8]]], rtol=1e-9)
+
+
+def test_a_mesh_group_across_nodes_sends_only_its_in_node_share_over_its_links():
+    """Across nodes a GPU's ring bytes leave 1/k through its NIC and (k-1)/k over the fabric. On a mesh, k of a node's
+    GPUs have only k - 1 links, which carry that (k-1)/k share (a reviewer found 8 ranks, 2 per node, slower than 8
+    ranks one per node when the whole share was charged to the one link). By hand, a 1 GB all-reduce over 8 MI300X,
+    2 per node on 4 nodes: the link side 2 x 7/8 x 1/2 GB at W/7 and the NIC side 2 x 7/8 GB over 2 NICs at W_net
+    each; the slower sets the time. Ranks added in the node never slow it; behind a switch nothing changes."""
+    mi = load_hardware("mi300x")
+    link = mi.intra_bw_bytes_per_s * mi.intra_busbw_efficiency / 7
+    nic = mi.inter_bw_bytes_per_s * mi.inter_busbw_efficiency
+    bandwidth_s = max(2 * 7 / 8 * 0.5e9 / link, 2 * 7 / 8 * 1e9 / (2 * nic))
+    latency_s = all_reduce_time_s(1.0, 8, 4, mi)          # one byte: the step latencies alone
+    assert all_reduce_time_s(1e9, 8, 4, mi) - latency_s == pytest.approx(bandwidth_s, rel=1e-6)
+    times = [all_reduce_time_s(1e9, 8, stride, mi) for stride in (8, 4, 2, 1)]          # 1, 2, 4, 8 per node
+    assert all(later <= earlier for earlier, later in zip(times, times[1:])), times
+    # behind NVSwitch the in-node side stays at the node's one-node ring rate (hardware.md §3's measured busbw)
+    w = HW.intra_bw_bytes_per_s * HW.intra_busbw_efficiency
+    assert all_reduce_time_s(1e9, 32, 1, HW) >= 2 * 31 / 32 * 1e9 / w
