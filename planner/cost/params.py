@@ -20,9 +20,10 @@ def attention_params(m: ModelSpec) -> int:
 
 
 def mlp_params(m: ModelSpec) -> int:
-    """Gated (SwiGLU): 3hF; plain GeLU: 2hF (+ biases F + h)."""
-    weights = (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
-    return weights + (m.ffn_hidden + m.hidden if m.bias else 0)
+    """Gated (SwiGLU): 3hF; plain GeLU: 2hF (+ biases: F, or 2F for the gate and up projections, + h)."""
+    gated = 1 if m.gated_mlp else 0
+    weights = (2 + gated) * m.hidden * m.ffn_hidden
+    return weights + ((1 + gated) * m.ffn_hidden + m.hidden if m.bias else 0)
 
 
 def one_norm_params(m: ModelSpec) -> int:

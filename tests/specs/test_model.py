@@ -41,6 +41,17 @@ def test_llama_405b_count_equals_hand_count_of_formulas_md_section_9():
     assert rel(expected, 405.85e9) < 1e-4
 
 
+
+def test_a_gated_mlp_with_biases_counts_both_input_projections_biases():
+    """Megatron's gated linear_fc1 has 2F outputs (gate and up), so 2F biases, + h on linear_fc2; with the attention
+    biases (q + 2kv, + h) and LayerNorm's 2h per norm, by hand for Llama 3.1 8B's shape with biases switched on
+    (a reviewer found F of them missing)."""
+    import dataclasses
+    m = dataclasses.replace(load_model("llama-3.1-8b"), bias=True, norm="layernorm")
+    h, f, kv, layers, vocab = 4096, 14336, 1024, 32, 128256
+    layer = 2 * h * h + 2 * h * kv + (h + 2 * kv) + h + 3 * h * f + 2 * f + h + 2 * 2 * h
+    assert total_params(m) == layers * layer + 2 * vocab * h + 2 * h
+
 # Narayanan et al. 2021 (arXiv:2104.04473) Table 1: (preset, layers l, hidden h, printed params in billions).
 # V = 51200, s = 2048 for every row.
 NARAYANAN_TABLE_1 = [
