@@ -53,7 +53,11 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     replicated = sb * h * (4 * e + 2 * drop)
     # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
     split = e * sb * 2 * m.q_dim + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
-    kv = 2 * e * sb * P.kv_dim_per_rank(m, t)              # K and V; whole heads per rank when t > g
+    # K and V (whole heads per rank when t > g). Unfused attention widens them to every query head before the score
+    # matmuls (Megatron-Core DotProductAttention, TE's unfused path: repeat_interleave) and autograd keeps the wide
+    # copies; selective recompute checkpoints them before the widening, and fused kernels take GQA as it is.
+    wide = ~np.asarray(flash_attention, dtype=bool) & (rc != 1)
+    kv = 2 * e * sb * np.where(wide, np.maximum(m.q_dim / t, P.kv_dim_per_rank(m, t)), P.kv_dim_per_rank(m, t))
     # Softmax output (+ dropout mask and output) of the materialised a×s×s scores, or FlashAttention's statistics.
     scores = np.where(flash_attention, 4.0 * m.heads * sb, m.heads * s * sb * (e + drop * (1 + e)))
     scores = np.where((rc == 1) & ~np.asarray(flash_attention, dtype=bool), 0.0, scores)

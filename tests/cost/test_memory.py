@@ -389,3 +389,20 @@ def test_first_stage_keeps_token_ids_and_embedding_dropout_masks():
     parts, _ = memory.memory_breakdown(gpt3, *inter)
     no_dropout, _ = memory.memory_breakdown(dataclasses.replace(gpt3, dropout=False), *inter)
     assert parts["activations"] - no_dropout["activations"] == pytest.approx(16 * 2048 * 12288, rel=1e-12)
+
+
+def test_unfused_gqa_attention_keeps_k_and_v_widened_to_every_query_head():
+    """Unfused attention repeats GQA's K and V for every query head before the score matmuls (Megatron-Core
+    DotProductAttention: repeat_interleave), and autograd keeps the wide copies; selective recompute checkpoints
+    them before the widening and drops the scores. So for Llama 3.1 70B (64 query heads, 8 K/V heads, no dropout)
+    at s = 2048, b = 1, TP8 with SP, no recompute keeps, beyond selective recompute, the 2-byte a·s·s scores / t and
+    2·2·s·(q − kv)/t bytes of widened K and V, by hand (a reviewer found the second missing)."""
+    m = load_model("llama-3.1-70b")
+    args = dict(seq_len=2048, micro_batch=1, tp=8, sp=True, flash_attention=False)
+    extra = (memory.activation_bytes_per_layer(m, recompute=0, **args)
+             - memory.activation_bytes_per_layer(m, recompute=1, **args))
+    assert extra == 64 * 2048 * 2048 * 2 / 8 + 2 * 2 * 2048 * (8192 - 1024) / 8
+    # FlashAttention takes GQA as it is: K and V stay at the K/V heads' width
+    fused = dict(args, flash_attention=True)
+    assert (memory.activation_bytes_per_layer(m, recompute=0, **fused)
+            - memory.activation_bytes_per_layer(m, recompute=1, **fused)) == 0
