@@ -41,11 +41,18 @@ def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
 def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward time of QKV, attention-out, MLP-in (gate+up when gated) and MLP-out, TP-sharded (Megatron 2019)."""
     n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    return (column_parallel_gemm_time_s(m, seq_len, micro_batch, tp, hw, elem_bytes)
+            + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
+            + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
+
+
+def column_parallel_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
+    """Forward time of the column-parallel GEMMs, QKV and MLP-in (gate+up when gated): the ones whose backward
+    collectives Megatron's async TP backward overlaps (Korthikanti §4.2.2)."""
+    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     mlp_in = (2 if m.gated_mlp else 1) * m.ffn_hidden
     return (gemm_time_s(n, m.hidden, m.q_dim / t + 2 * kv_dim_per_rank(m, t), hw, elem_bytes)
-            + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
-            + gemm_time_s(n, m.hidden, mlp_in / t, hw, elem_bytes)
-            + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
+            + gemm_time_s(n, m.hidden, mlp_in / t, hw, elem_bytes))
 
 
 # First-generation FlashAttention kernels run at half the rate of FlashAttention-2-class ones, the kernels the

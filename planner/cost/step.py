@@ -131,24 +131,33 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
 
     # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
-    # rebuild the linear layers' inputs for the weight gradients. Full recompute repeats the forward collectives;
-    # torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
+    # rebuild the column-parallel layers' inputs for their weight gradients. Full recompute repeats the forward
+    # collectives; torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
     act_bytes = e * s_rank * b * m.hidden
     tp_group = comm.span(t, 1, hw, world=_world(c))
     ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     sp = np.asarray(sp, dtype=bool)
     tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
-    tp_b = np.where(sp, 3 * ag_pair, ar_pair)
-    # Overlap: --tp-comm-overlap hides forward and backward collectives behind the GEMMs they feed; Megatron's
-    # async backward hides the data-gradient all-reduce behind the weight-gradient GEMM (and, with SP, the input
-    # all-gather behind the data-gradient GEMM) (Korthikanti §4.2.2).
+    # Backward, by the layer each collective serves. The column-parallel layers (QKV, MLP-in) all-reduce their
+    # input gradient, or with SP reduce-scatter it and first all-gather their input again: Megatron's async
+    # backward (LinearWithGradAccumulationAndAsyncCommunication) overlaps the all-gather with the data-gradient
+    # GEMM and the reduction with the weight-gradient GEMM of that layer (Korthikanti §4.2.2), so their window is
+    # those two GEMMs of the column-parallel layers (one of them without SP). With SP the row-parallel layers'
+    # output gradient is all-gathered before their data-gradient GEMM can start (the backward of the forward's
+    # reduce-scatter, _ReduceScatterToSequenceParallelRegion: a plain synchronous all-gather): exposed.
+    # --tp-comm-overlap (TE userbuffers) hides every backward collective behind the backward GEMMs.
     hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
-    bwd_window = np.where(hide, 2 * gemm, np.where(rt.tp_bwd_overlap, gemm * (1 + sp), 0.0))
+    column = compute.column_parallel_gemm_time_s(m, s_rank, b, t, hw, e)
+    tp_b_async = np.where(sp, 2 * ag_pair, ar_pair)
+    tp_b_sync = np.where(sp, ag_pair, 0.0)
+    async_window = np.where(rt.tp_bwd_overlap, column * (1 + sp), 0.0)
     u = np.where(sp, comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2),      # NVLink unless
                  comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2, rounds=2))  # --allow-cross-node-tp
     tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
-    tp_bwd = _exposed(tp_b, bwd_window, u) + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
+    tp_b = np.where(hide, _exposed(tp_b_async + tp_b_sync, 2 * gemm, u),
+                    tp_b_sync + _exposed(tp_b_async, async_window, u))
+    tp_bwd = tp_b + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
     return fwd, bwd + recompute, tp_fwd, tp_bwd
 
 

@@ -329,3 +329,31 @@ def test_pipeline_sends_are_split_over_tp_ranks_only_with_sp_or_scatter_gather()
     assert pp_s(False, Runtime(pp_scatter_gather=True)) == pytest.approx(
         22 * (15.9e-6 + half / 369e9) + 22 * (15.9e-6 + whole / 2 / 369e9), rel=1e-9)     # send + all-gather
     assert pp_s(True, Runtime(pp_scatter_gather=True)) == pytest.approx(pp_s(True), rel=1e-12)
+
+
+def test_tp_backward_with_sp_keeps_the_row_parallel_gradient_all_gathers_on_the_critical_path():
+    """Korthikanti §4.2.2 / Megatron-Core: with SP the column-parallel layers (QKV, MLP-in) re-gather their input
+    behind their data-gradient GEMM and reduce-scatter their input gradient behind their weight-gradient GEMM; the
+    row-parallel layers' output gradient is all-gathered synchronously (the backward of the forward's
+    reduce-scatter) before their data-gradient GEMM. By hand for GPT-3 175B, TP8 on one A100 node, s = 2048, b = 1:
+    each all-gather moves 7/8 of the 2·s·h-byte activation at the NVLink ring rate, plus its latency; two of them
+    (one per row-parallel layer) are exposed whole, the four others hide in a window of 2 x the column-parallel
+    GEMMs' forward time, each overlapped second costing the profile's slowdown (a reviewer found all six hidden).
+    Without SP the two input-gradient all-reduces hide behind the column-parallel weight-gradient GEMMs only."""
+    from planner.cost import compute
+    from planner.cost.step import layer_times
+
+    m, hw = load_model("gpt3-175b"), load_hardware("a100-80gb")
+    job = Job(gpus=8, seq_len=2048, global_batch=1)
+    rt = Runtime(flash_attention=False)
+    w = hw.intra_bw_bytes_per_s * hw.intra_busbw_efficiency
+    one_ag = 7 / 8 * 2 * 2048 * 12288 / w + hw.collective_base_latency_s + 7 * hw.intra_step_latency_s
+    column = compute.column_parallel_gemm_time_s(m, 2048, 1, 8, hw)
+    u = hw.overlap_slowdown_intra
+    assert 4 * one_ag < 2 * column                     # the window holds the four asynchronous collectives
+    _, _, _, tp_bwd = layer_times(m, hw, job, {"tp": 8, "micro_batch": 1, "sp": True, "recompute": 0}, rt)
+    assert tp_bwd == pytest.approx(2 * one_ag + u * 4 * one_ag, rel=1e-9)
+    # no async backward: all six on the critical path
+    off = Runtime(flash_attention=False, tp_bwd_overlap=False)
+    assert layer_times(m, hw, job, {"tp": 8, "micro_batch": 1, "sp": True, "recompute": 0}, off)[3] == \
+        pytest.approx(6 * one_ag, rel=1e-9)
