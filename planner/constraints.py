@@ -50,7 +50,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
          one_node | np.where(t <= gpn, gpn % t == 0, t % gpn == 0)),
         (f"TP x CP does not tile the {gpn}-GPU nodes (a CP group would straddle two nodes)",
          one_node | np.where(t * cp <= gpn, gpn % (t * cp) == 0, (t * cp) % gpn == 0)),
-        (f"PP does not split the {m.layers} layers (L or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
+        (f"PP does not split the {m.layers} layers (L, L+1 or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
         ("global batch not divisible by DP x micro-batch", batch_ok),
         # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal
         # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).

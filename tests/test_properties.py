@@ -92,8 +92,8 @@ def layouts(draw, m, tp=None, pp=None, even_pp=False, vpp1=False, cp1=False):
     d = draw(st.sampled_from([1, 2, 3, 4, 8, 16, 64]), label="dp")
     b = draw(st.sampled_from([1, 2, 4]), label="micro_batch")
     n_mb = draw(st.integers(1, 64), label="num_microbatches")
-    edge, mid = (int(x) for x in stage_layers(m.layers, p))
-    vpps = divisors(mid) if (p > 1 and edge == mid and n_mb % p == 0 and not vpp1) else [1]
+    first, mid, last = (int(x) for x in stage_layers(m.layers, p))
+    vpps = divisors(mid) if (p > 1 and first == mid == last and n_mb % p == 0 and not vpp1) else [1]
     v = draw(st.sampled_from(vpps), label="vpp")
     sp = draw(st.booleans(), label="sp") if (t > 1 and m.seq_len % t == 0) else False
     rc = draw(st.integers(0, 2), label="recompute")
@@ -311,8 +311,8 @@ def batch_of_layouts(draw, m):
         j = draw(st.integers(0, min(2, k - i)))
         d, b = 2**i, 2**j
         n_mb = batch // (d * b)
-        edge, mid = (int(x) for x in stage_layers(m.layers, p))
-        v = draw(st.sampled_from(divisors(mid) if (p > 1 and edge == mid and n_mb % p == 0) else [1]))
+        first, mid, last = (int(x) for x in stage_layers(m.layers, p))
+        v = draw(st.sampled_from(divisors(mid) if (p > 1 and first == mid == last and n_mb % p == 0) else [1]))
         sp = draw(st.booleans()) if (t > 1 and m.seq_len % t == 0) else False
         c = draw(st.sampled_from([1] + [x for x in (2, 4) if m.seq_len % (2 * x) == 0 and (m.seq_len // x) % t == 0]))
         rows.append(dict(tp=t, cp=c, pp=p, dp=d, micro_batch=b, vpp=v, sp=sp, recompute=draw(st.integers(0, 2)),

@@ -219,16 +219,16 @@ def test_library_takes_the_command_lines_count_strings():
 
 def test_sweep_cli_takes_layout_pins():
     """`plan sweep` pins like the search: every row keeps the pinned TP, recompute and ZeRO stage, a count with no
-    valid layout under the pins says why (12 GPUs at TP 2: DP 6 does not divide 1,024 sequences), and a bad value is
-    one line with exit 2."""
-    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,12,16", "--tp", "2", "--recompute", "selective",
+    valid layout under the pins says why (10 GPUs at TP 2: PP 5 splits none of 32, 33 or 34 layers and DP 5 does
+    not divide 1,024 sequences), and a bad value is one line with exit 2."""
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,10,16", "--tp", "2", "--recompute", "selective",
                               "--zero", "1", "--format", "json"])
     rows = json.loads(res.stdout)["rows"]
     ok = [r for r in rows if r["status"] == "ok"]
     assert res.exit_code == 0 and [r["gpus"] for r in ok] == [8, 16]
     assert all(r["tp"] == 2 and r["recompute"] == "selective" and r["zero_stage"] == 1 for r in ok)
-    twelve = next(r for r in rows if r["gpus"] == 12)
-    assert twelve["status"] == "no valid layout" and twelve["reason"].startswith("global batch not divisible")
+    ten = next(r for r in rows if r["gpus"] == 10)
+    assert ten["status"] == "no valid layout" and ten["reason"].startswith("PP does not split the 32 layers")
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--zero", "5"])
     assert res.exit_code == 2 and "error: --zero:" in res.output
 
@@ -413,12 +413,13 @@ def test_different_hardware_files_that_share_a_name_are_compared_by_path(tmp_pat
 
 
 def test_when_no_count_or_profile_has_a_valid_layout_the_error_lists_them_all(capsys):
-    """8B on 7, 11 and 13 GPUs (primes: no layout divides the 2,048-sequence batch): one line naming every count,
+    """8B on 7, 13 and 19 GPUs (primes: no layout divides the 2,048-sequence batch, and none of them splits 32, 33
+    or 34 layers, where 11 splits 33 and 17 splits 34): one line naming every count,
     then the first count's reasons; one count alone, or one reason on every profile, keeps its own message."""
     with pytest.raises(PlannerError) as exc:
-        sweep("8b", [7, 11, 13])
+        sweep("8b", [7, 13, 19])
     assert exc.value.field == "gpus"
-    assert exc.value.message.startswith("none of the 3 GPU counts (7, 11, 13) has a valid layout; the first: no "
+    assert exc.value.message.startswith("none of the 3 GPU counts (7, 13, 19) has a valid layout; the first: no "
                                         "valid layout of llama-3.1-8b on 7 GPUs: ")
     with pytest.raises(PlannerError, match=r"^gpus: no valid layout of llama-3.1-8b on 7 GPUs"):
         compare_hardware("8b", 7, "h100-sxm,b200")                        # the same reason on both

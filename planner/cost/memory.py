@@ -101,13 +101,13 @@ def stage_params(m: ModelSpec, tp, pp):
     """Parameters per GPU on (first, middle, last) stage: layers/t plus the embedding (first) and the output head
     (last; a tied head is a copy of the embedding when p > 1, as in Megatron)."""
     t, p = np.asarray(tp), np.asarray(pp)
-    edge, mid = stage_layers(m.layers, p)
+    first_n, mid, last_n = stage_layers(m.layers, p)
     layer = P.layer_params_per_gpu(m, t)
     emb = P.embedding_params_per_gpu(m, t)
     head = P.output_params_per_gpu(m, t) + np.where(m.tied_embeddings & (p > 1), m.vocab * m.hidden, 0) / t
     single = m.layers * layer + emb + head
-    first = np.where(p == 1, single, edge * layer + emb)
-    last = np.where(p == 1, single, edge * layer + head)
+    first = np.where(p == 1, single, first_n * layer + emb)
+    last = np.where(p == 1, single, last_n * layer + head)
     middle = np.where(p > 2, mid * layer, first)
     return first, middle, last
 

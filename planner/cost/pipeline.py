@@ -10,20 +10,25 @@ import numpy as np
 
 
 def stage_split_valid(layers, pp):
-    """Layers split evenly (L % p == 0), or Megatron's embedding/loss accounting ((L + 2) % p == 0: the first and
-    last stage each count the embedding or the loss as one layer; Llama-3 405B's 126 = 16·8 − 2)."""
+    """Layers split evenly (L % p == 0), or with Megatron's embedding/loss accounting: (L + 2) % p == 0 with both
+    `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split` (the first and last stage
+    each count the embedding or the loss as one layer; Llama-3 405B's 126 = 16·8 − 2), or (L + 1) % p == 0 with the
+    loss flag alone (validate_args adds one layer per flag; torchtitan's `*_stage_less_layers` the same)."""
     layers, pp = np.asarray(layers), np.asarray(pp)
-    return (pp <= layers) & ((layers % pp == 0) | ((layers + 2) % pp == 0))
+    return (pp <= layers) & ((layers % pp == 0) | ((layers + 2) % pp == 0) | ((layers + 1) % pp == 0))
 
 
 def stage_layers(layers, pp):
-    """(layers on the first/last stage, layers on a middle stage). Even split: both L/p; otherwise (L+2)/p − 1
-    on the edge stages and (L+2)/p in the middle (`--account-for-embedding/loss-in-pipeline-split`)."""
+    """(layers on the first stage, on a middle stage, on the last stage). Even split: all L/p; else (L+2)/p − 1 on
+    the two edge stages and (L+2)/p in the middle (both accounting flags); else (L+1)/p everywhere but the last
+    stage, which counts the loss as a layer and has one fewer (the loss flag alone: the stage that also computes
+    the logits is the one to lighten)."""
     layers, pp = np.asarray(layers), np.asarray(pp)
-    even = layers % pp == 0
-    mid = np.where(even, layers // pp, (layers + 2) // pp)
-    edge = np.where(even, mid, mid - 1)
-    return edge, mid
+    even, both = layers % pp == 0, (layers + 2) % pp == 0
+    mid = np.where(even, layers // pp, np.where(both, (layers + 2) // pp, (layers + 1) // pp))
+    last = np.where(even, mid, mid - 1)
+    first = np.where(even | ~both, mid, mid - 1)
+    return first, mid, last
 
 
 def chunk_layers(layers, pp, vpp=1):
@@ -44,14 +49,15 @@ def block_recompute_share(layers_on_stage, k, chunk, vpp=1):
 
 def model_recompute_share(layers, pp, k, vpp=1):
     """Share of all the model's layers the block method recomputes, stage by stage (block_recompute_share): the
-    HFU numerator's recompute term. Two edge stages (one when pp = 1) and pp − 2 middle ones."""
+    HFU numerator's recompute term. A first and a last stage (one stage when pp = 1) and pp − 2 middle ones."""
     p = np.asarray(pp)
-    edge_n, mid_n, _ = layers_per_stage(layers, p)
+    first_n, mid_n, last_n = stage_layers(layers, p)
     chunk = chunk_layers(layers, p, vpp)
-    edges, mids = np.where(p == 1, 1, 2), np.maximum(p - 2, 0)
-    done = (edges * edge_n * block_recompute_share(edge_n, k, chunk, vpp)
+    lasts, mids = np.where(p == 1, 0, 1), np.maximum(p - 2, 0)
+    done = (first_n * block_recompute_share(first_n, k, chunk, vpp)
+            + lasts * last_n * block_recompute_share(last_n, k, chunk, vpp)
             + mids * mid_n * block_recompute_share(mid_n, k, chunk, vpp))
-    return done / np.maximum(edges * edge_n + mids * mid_n, 1)
+    return done / np.maximum(first_n + lasts * last_n + mids * mid_n, 1)
 
 
 def every_nth_layers(rank_layers, n):
@@ -64,8 +70,8 @@ def every_nth_layers(rank_layers, n):
 def layers_per_stage(layers, pp):
     """Layers on the (first, middle, last) stage, the three the memory and time maxima look at. One stage holds
     all L (the split is even); two stages have no middle one, so its entry repeats the first."""
-    edge, mid = stage_layers(layers, pp)
-    return edge, np.where(np.asarray(pp) > 2, mid, edge), edge
+    first, mid, last = stage_layers(layers, pp)
+    return first, np.where(np.asarray(pp) > 2, mid, first), last
 
 
 def bubble_ratio(pp, num_microbatches, vpp=1):

@@ -252,20 +252,21 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     attention = attention_times(m, hw, job, c, runtime, e)        # shared by the kernels and the CP overlap window
     fwd, bwd, tp_fwd, tp_bwd = layer_times(m, hw, job, c, runtime, e, attention)
     cp_fwd, cp_bwd = cp_layer_times(m, hw, job, c, runtime, e, attention)
-    # The last stage adds the logits to its layers; a middle stage never has fewer layers than an edge one.
-    first_last, middle, _ = layers_per_stage(m.layers, p)
+    # The last stage adds the logits to its layers; the first has no more layers than a middle one (the embedding
+    # lookup is cheap), so the middle entry (the first stage's when p = 2) stands for both.
+    _, middle, last = layers_per_stage(m.layers, p)
     layers_max = stage_layers(m.layers, p)[1]
     logits = compute.logits_time_s(m, job.seq_len / cp, b, t, hw, e)
-    # An edge stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
+    # The last stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
     partial = np.any(np.asarray(c["rc_layers"]) > 0)          # else every share is 1: skip the arithmetic
-    edge_share = (block_recompute_share(first_last, c["rc_layers"], chunk_layers(m.layers, p, v), v) if partial
+    edge_share = (block_recompute_share(last, c["rc_layers"], chunk_layers(m.layers, p, v), v) if partial
                   else 1.0)
-    edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * first_last * (fwd + tp_fwd), 0.0)
+    edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * last * (fwd + tp_fwd), 0.0)
     # The pacing stage is the one whose compute plus TP and CP communication is longest; its parts are reported.
-    edge_comp, mid_comp = first_last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)
+    edge_comp, mid_comp = last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)
     layer_comm = tp_fwd + tp_bwd + cp_fwd + cp_bwd
-    edge_paces = edge_comp + first_last * layer_comm > mid_comp + middle * layer_comm
-    pacing_layers = np.where(edge_paces, first_last, middle)
+    edge_paces = edge_comp + last * layer_comm > mid_comp + middle * layer_comm
+    pacing_layers = np.where(edge_paces, last, middle)
     stage_comp = np.where(edge_paces, edge_comp, mid_comp)
     stage_tp = pacing_layers * (tp_fwd + tp_bwd)
     stage_cp = pacing_layers * (cp_fwd + cp_bwd)

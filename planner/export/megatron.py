@@ -88,9 +88,11 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         # cp_comm_type; arguments.py's help text says "allgather", a value TE rejects)
         if not runtime.cp_comm_overlap:
             args.append("--cp-comm-type all_gather")
-    edge, mid = (int(x) for x in stage_layers(m.layers, pp))
-    if pp > 1 and edge != mid:
-        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
+    if pp > 1 and first != mid:      # the first stage counts the embedding as a layer
+        args.append("--account-for-embedding-in-pipeline-split")
+    if pp > 1 and last != mid:       # the last stage counts the loss as a layer
+        args.append("--account-for-loss-in-pipeline-split")
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
     if pp > 1 and dp > 1 and rank_order(row) == "pp-dp" and "pp-dp" in launch_orders("megatron", row):

@@ -84,16 +84,18 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         lines.append(f'fsdp_reshard_after_forward = "{reshard}"')
     if pp > 1:
         # torchtitan counts the embedding and the output as `*_stage_less_layers` layers on the first and last stage
-        # and splits L plus those into PP x VPP stages. The plan's split: (L + 2)/p slots per stage when PP does not
-        # divide L (Megatron's embedding/loss accounting, weights 1), else L/p (weights 0, not torchtitan's 1).
-        edge, mid = (int(x) for x in stage_layers(m.layers, pp))
-        edge_weight = 0 if edge == mid else 1
+        # and splits L plus those into PP x VPP stages. The plan's split: (L + 2)/p slots per stage (Megatron's
+        # embedding and loss accounting, weights 1 and 1) or (L + 1)/p (the loss alone, weights 0 and 1) when PP
+        # does not divide L, else L/p (weights 0, not torchtitan's default 1).
+        first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
+        first_weight, last_weight = mid - first, mid - last
         lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
                   f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}",
-                  f"pipeline_parallel_first_stage_less_layers = {edge_weight}",
-                  f"pipeline_parallel_last_stage_less_layers = {edge_weight}"]
+                  f"pipeline_parallel_first_stage_less_layers = {first_weight}",
+                  f"pipeline_parallel_last_stage_less_layers = {last_weight}"]
         if v > 1:       # ceil((L + first + last) / layers_per_stage) virtual stages = PP x VPP
-            lines.append(f"pipeline_parallel_layers_per_stage = {(m.layers + 2 * edge_weight) // (pp * v)}")
+            lines.append("pipeline_parallel_layers_per_stage = "
+                         f"{(m.layers + first_weight + last_weight) // (pp * v)}")
     mode = {"none": "none", "selective": "selective", "full": "full", "op": "selective"}[row["recompute"]]
     k, chunk = int(row.get("recompute_layers", 0)), int(chunk_layers(m.layers, pp, v))
     # torchtitan's layer SAC checkpoints every N-th block of the rank (one counter over its v chunks): the plan's

@@ -67,27 +67,32 @@ def test_in_flight_capped_at_m_when_m_below_p():
     assert float(in_flight_layers(12, 0, 8, 3, 4)) == 3 * 12
 
 
-@pytest.mark.parametrize("L, p, valid, edge, mid", [
-    (126, 16, True, 7, 8),       # formulas.md §9: (126 + 2)/16 = 8 slots; edges give one to embedding / loss
-    (96, 8, True, 12, 12),       # even split
-    (126, 5, False, None, None), # 126 % 5 = 1, 128 % 5 = 3
-    (126, 2, True, 63, 63),
-    (126, 4, True, 31, 32),      # 128/4 = 32
-    (80, 1, True, 80, 80),
-    (4, 8, False, None, None),   # more stages than layers
+@pytest.mark.parametrize("L, p, valid, split", [
+    (126, 16, True, (7, 8, 7)),      # formulas.md §9: (126 + 2)/16 = 8 slots; edges give one to embedding / loss
+    (96, 8, True, (12, 12, 12)),     # even split
+    (126, 5, False, None),           # 126 % 5 = 1, 127 % 5 = 2, 128 % 5 = 3
+    (126, 2, True, (63, 63, 63)),
+    (126, 4, True, (31, 32, 31)),    # 128/4 = 32
+    (80, 1, True, (80, 80, 80)),
+    (4, 8, False, None),             # more stages than layers
+    # Megatron's loss flag alone (validate_args adds one layer per flag): (L + 1)/p slots, the last stage one short
+    (80, 3, True, (27, 27, 26)),     # Llama 3.1 70B on PP 3: 81/3
+    (80, 9, True, (9, 9, 8)),
+    (79, 2, True, (40, 40, 39)),
+    (80, 6, False, None),            # 80, 81, 82 are not multiples of 6
 ])
-def test_stage_split(L, p, valid, edge, mid):
+def test_stage_split(L, p, valid, split):
     assert bool(stage_split_valid(L, p)) is valid
     if valid:
-        e, m = stage_layers(L, p)
-        assert (int(e), int(m)) == (edge, mid)
-        assert 2 * int(e) + (p - 2) * int(m) == L if p >= 2 else int(e) == L
+        first, mid, last = (int(x) for x in stage_layers(L, p))
+        assert (first, mid, last) == split
+        assert first + max(p - 2, 0) * mid + (last if p > 1 else 0) == L
 
 
 def test_stage_split_vectorized():
     p = np.array([1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128])
     valid = stage_split_valid(126, p)
-    assert valid.tolist() == [126 % x == 0 or 128 % x == 0 for x in p.tolist()[:-1]] + [False]
+    assert valid.tolist() == [126 % x == 0 or 127 % x == 0 or 128 % x == 0 for x in p.tolist()[:-1]] + [False]
 
 
 @settings(max_examples=100, deadline=None)
@@ -134,3 +139,26 @@ def test_the_embedding_chunk_holds_p_or_2p_micro_batches():
     assert first_chunk_in_flight(8, 64, 1) == 8 and first_chunk_in_flight(8, 64, 4) == 16
     assert first_chunk_in_flight(8, 4, 1) == 4 and first_chunk_in_flight(8, 12, 2) == 12
     assert list(first_chunk_in_flight(np.array([8, 16]), 128, np.array([4, 4]))) == [16, 32]
+
+
+def test_loss_accounting_alone_lightens_only_the_last_stage():
+    """Llama 3.1 70B on PP 3: 81 slots, Megatron's --account-for-loss-in-pipeline-split alone: 27, 27 and 26 layers,
+    the last stage with the output head; its parameters and its pacing time (with the logits) follow, and the
+    exports name that one flag (torchtitan: last_stage_less_layers 1, first 0)."""
+    from planner.cost import params as P
+    from planner.cost.memory import stage_params
+    from planner.evaluate import evaluate
+    from planner.export import export
+    from planner.specs.model import load_model
+
+    m = load_model("70b")
+    first, _, last = (float(x) for x in stage_params(m, 8, 3))
+    layer = float(P.layer_params_per_gpu(m, 8))
+    assert first == pytest.approx(27 * layer + float(P.embedding_params_per_gpu(m, 8)), rel=1e-12)
+    assert last == pytest.approx(26 * layer + float(P.output_params_per_gpu(m, 8)), rel=1e-12)
+    ev = evaluate("70b", 384, tp=8, pp=3, cp=1, vpp=1)
+    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
+    assert "--account-for-loss-in-pipeline-split" in text and "--account-for-embedding" not in text
+    titan, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
+    assert "pipeline_parallel_first_stage_less_layers = 0" in titan
+    assert "pipeline_parallel_last_stage_less_layers = 1" in titan
