@@ -55,7 +55,15 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         if zero == 1:
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
         m_steps = job.global_batch // (int(row["micro_batch"]) * dp)
-        if zero in (1, 2) and m_steps > 1:
+        if pp > 1:
+            # torch.distributed.pipelining's PipelineStage (backward_maybe_with_nosync) turns FSDP's gradient sync
+            # and reshard-after-backward off for every micro-batch and reduces once after the last one
+            shards = max(dp * cp // replicate, 1)
+            extra = (f" (about {float(row['gradients_gib']) * (shards - 1):,.1f} GiB more per GPU than planned)"
+                     if "gradients_gib" in row and shards > 1 else "")
+            notes.append("# under PP torchtitan's stages keep FSDP's gradients unsharded (and the weights gathered) "
+                         f"until the last micro-batch, where the plan priced them sharded{extra}")
+        elif zero in (1, 2) and m_steps > 1:
             # FSDP2's post-backward hook frees the gathered parameters (torch fully_shard docs), so every
             # micro-batch's forward gathers them again; the plan's ZeRO-1/2 gathered them once per step
             notes.append(f"# FSDP2 frees the gathered weights after each backward: each of the {m_steps} "
