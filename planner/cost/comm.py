@@ -248,13 +248,13 @@ def _phase_times(nbytes, span, hw: HardwareSpec, count, rounds):
     always is). The overlap slowdown charges each link's bytes (_slowdown): only (k−1)/k of them cross NVLink, and
     the GPU copies and reduces the same bytes whether or not the links run at once."""
     k, nodes = span
-    w_node, w_net = node_bandwidth(k, hw), _bandwidths(hw)[1]
+    (w_full, w_net), w_node = _bandwidths(hw), node_bandwidth(k, hw)
     s = np.asarray(nbytes, dtype=float)
     call = s / np.maximum(count, 1)
     n = k * nodes
     across = nodes > 1
     # seconds per byte of a GPU's ring traffic on the in-node side when the group spans nodes
-    fabric = np.maximum((k - 1) / np.maximum(k, 1) / w_node, 1.0 / _bandwidths(hw)[0])
+    fabric = np.maximum((k - 1) / np.maximum(k, 1) / w_node, 1.0 / w_full)
     node = rounds * np.where(across, np.where(k > 1, (n - 1) / n * fabric, 0.0), (k - 1) / k / w_node) * s
     net = np.where(across, rounds * (n - 1) / n * s / (k * w_net), 0.0)
     if hw.intra_half_bw_bytes:                 # the bundled profiles leave both at 0 (the plateau)

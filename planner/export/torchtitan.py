@@ -9,7 +9,7 @@ from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
 from planner.export.common import is_fp16, order_note, plan_line, priced_attention
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Runtime
+from planner.specs.strategy import Job, Runtime, shard_group
 
 
 def blockers(row) -> list[str]:
@@ -58,7 +58,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         if pp > 1:
             # torch.distributed.pipelining's PipelineStage (backward_maybe_with_nosync) turns FSDP's gradient sync
             # and reshard-after-backward off for every micro-batch and reduces once after the last one
-            shards = max(dp * cp // replicate, 1)
+            shards = int(shard_group(dp, cp, replicate))        # what the plan's gradients were sharded over
             extra = (f" (about {float(row['gradients_gib']) * (shards - 1):,.1f} GiB more per GPU than planned)"
                      if "gradients_gib" in row and shards > 1 else "")
             notes.append("# under PP torchtitan's stages keep FSDP's gradients unsharded (and the weights gathered) "
