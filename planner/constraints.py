@@ -75,7 +75,9 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # With the embedding/loss accounting a stage has (L+2)/p slots (an edge stage: one is the embedding or the
         # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
         ("interleaving: VPP must divide the layers (slots) per stage", (v == 1) | (mid % v == 0)),
-        ("interleaving needs micro-batches to be a multiple of PP", (v == 1) | (batch_ok & (num_mb % p == 0))),
+        # Megatron-Core runs the chunks in groups of N >= p micro-batches (N = m fits any m >= p; the planner takes
+        # the smallest valid N, cost.pipeline.interleave_group_size); fewer than p would stall the pipeline.
+        ("interleaving needs at least PP micro-batches", (v == 1) | (batch_ok & (num_mb >= p))),
         # Megatron's block method recomputes the first k layers of each chunk of a stage.
         ("recompute layers exceed the layers per pipeline chunk",
          np.asarray(c.get("rc_layers", 0)) <= chunk_layers(m.layers, p, v)),

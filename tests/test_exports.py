@@ -365,3 +365,28 @@ def test_torchtitan_under_pp_says_its_fsdp_gradients_stay_unsharded():
     assert f"about {float(ev.row['gradients_gib']) * (shards - 1):,.1f} GiB more per GPU" in text
     flat = planner.evaluate("70b", 512, tp=2, cp=2, pp=1, zero_stage=3)
     assert "unsharded" not in export("torchtitan", flat.row, flat.result.model, flat.result.job)[0]
+
+
+def test_interleaving_with_micro_batches_pp_does_not_divide():
+    """Megatron-Core takes any m >= PP with --microbatch-group-size-per-virtual-pipeline-stage (schedules.py); torch's
+    Interleaved1F1B only an m that its ⌊m/PP⌋ rounds divide. 405B on 12,288 GPUs, TP8 CP4 PP6 DP64: m = 32
+    micro-batches, which 6 does not divide: groups of 8 (32 mod 6 = 2 and 32 mod 7 = 4 leave a last group under 6);
+    torch's 5 rounds do not divide 32."""
+    ev = _best("405b", 12288, tp=8, cp=4, pp=6, dp=64, vpp=7, micro_batch=1)
+    assert int(ev.row["num_microbatches"]) == 32
+    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
+    assert "--num-virtual-stages-per-pipeline-rank 7" in text
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 8" in text
+    why = blockers("torchtitan", ev.row)
+    assert any("32 micro-batches to split into 5 equal rounds" in w and "groups of 8" in w for w in why), why
+    # p divides m: Megatron's default group (no flag) and torch's rounds both apply
+    ev = _best("405b", 12288, tp=8, cp=4, pp=8, dp=48, vpp=2, micro_batch=1, global_batch=1536)
+    assert int(ev.row["num_microbatches"]) == 32
+    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
+    assert "--microbatch-group-size" not in text
+    assert not any("rounds" in w for w in blockers("torchtitan", ev.row))
+
+
+def test_interleaving_needs_at_least_pp_micro_batches():
+    with pytest.raises(PlannerError, match="interleaving needs at least PP micro-batches"):
+        _best("405b", 2048, tp=8, pp=16, dp=16, vpp=2, micro_batch=1, global_batch=128)     # m = 8 < 16

@@ -88,24 +88,57 @@ def bubble_fraction(pp, num_microbatches, vpp=1):
     return r / (1.0 + r)
 
 
+def interleave_group_size(pp, num_microbatches, vpp=2):
+    """Micro-batches each model chunk runs in a row before the next chunk takes over (Megatron-Core's
+    --microbatch-group-size-per-virtual-pipeline-stage N; pipeline_parallel/schedules.py): the smallest N in [p, m]
+    with m mod N = 0 or m mod N >= p (a last group smaller than p would leave dependency bubbles). N = p (the
+    default) when p divides m; N = m (one group) always qualifies, so any m >= p interleaves. torch's
+    ScheduleInterleaved1F1B runs m / max(1, ⌊m/p⌋) per round, the same N wherever it accepts m. p where v = 1 (no
+    interleaving) or m < p (no valid group)."""
+    p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (pp, num_microbatches, vpp)))
+    n = p.copy()
+    todo = np.flatnonzero((v > 1) & (m >= p) & (m % np.maximum(p, 1) != 0))
+    cand = p.flat[todo]
+    while todo.size:                # only rows p does not divide; ends by N = m at the latest
+        cand = cand + 1
+        rem = m.flat[todo] % cand
+        done = (rem == 0) | (rem >= p.flat[todo])
+        n.flat[todo[done]] = cand[done]
+        todo, cand = todo[~done], cand[~done]
+    return n
+
+
+def last_group_size(pp, num_microbatches, vpp=2):
+    """Micro-batches in the schedule's last group (get_schedule_table): N, or m mod N when that is not 0."""
+    n = interleave_group_size(pp, num_microbatches, vpp)
+    rem = np.asarray(num_microbatches) % n
+    return np.where(rem == 0, n, rem)
+
+
 def first_chunk_in_flight(pp, num_microbatches, vpp=1):
     """Micro-batches whose inputs the first model chunk of the first stage (the one with the embedding) holds at its
-    peak: min(m, p) under 1F1B; interleaved, Megatron's warm-up of 2(p − 1) + (v − 1)·p chunk forwards runs chunk 0
-    on micro-batches 0..p−1 and again on p..2p−1 before chunk 0's first backward (chunks take turns in groups of
-    p): min(m, 2p)."""
+    peak: min(m, p) under 1F1B. Interleaved, the first stage's warm-up runs 2(p − 1) + (v − 1)·N chunk forwards
+    (N = interleave_group_size) and chunk 0's first backward comes (v − 1)·N backwards later, after
+    X = 2(p − 1) + 2(v − 1)·N + 1 forwards, taken from the schedule in groups of N micro-batches per chunk, chunk 0
+    first: chunk 0 ran ⌊X/(vN)⌋·N + min(X mod vN, N) of them (2p for N = p), at most m."""
     pp, m, v = (np.asarray(x) for x in (pp, num_microbatches, vpp))
-    return np.minimum(m, np.where(v > 1, 2 * pp, pp))
+    n = interleave_group_size(pp, m, v)
+    x = 2 * (pp - 1) + 2 * (v - 1) * n + 1
+    per_round = np.maximum(v * n, 1)
+    chunk0 = x // per_round * n + np.minimum(x % per_round, n)
+    return np.minimum(m, np.where(v > 1, chunk0, pp))
 
 
 def in_flight_layers(layers_on_stage, stage, pp, num_microbatches, vpp=1):
     """Layer-micro-batches whose activations stage `stage` (0-based) holds at its peak.
 
     1F1B (v = 1): min(m, p − r) micro-batches × layers (Korthikanti et al. 2022 §4, pipeline subsection: stage 0
-    holds p micro-batches, i.e. L layers' worth). Interleaved (v > 1): Megatron's warm-up of
-    2(p − r − 1) + (v − 1)·p chunk forwards, +1 in steady state, each chunk holding layers/v; for r = 0 this is
-    L·(1 + (p − 1)/(p·v)), Korthikanti's interleaving penalty. Capped at all m·v chunks of the step.
+    holds p micro-batches, i.e. L layers' worth). Interleaved (v > 1): Megatron-Core's warm-up of
+    2(p − r − 1) + (v − 1)·N chunk forwards (get_pp_rank_microbatches; N = interleave_group_size, p when p divides
+    m), +1 in steady state, each chunk holding layers/v; for r = 0 and N = p this is L·(1 + (p − 1)/(p·v)),
+    Korthikanti's interleaving penalty. Capped at all m·v chunks of the step.
     """
     stage, pp, m, v = (np.asarray(x) for x in (stage, pp, num_microbatches, vpp))
     plain = np.minimum(m, pp - stage) * layers_on_stage
-    chunks = np.minimum(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
+    chunks = np.minimum(m * v, 2 * (pp - stage - 1) + (v - 1) * interleave_group_size(pp, m, v) + 1)
     return np.where(v > 1, chunks * layers_on_stage / v, plain)

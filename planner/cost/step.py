@@ -23,8 +23,8 @@ import numpy as np
 
 from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
-from planner.cost.pipeline import (block_recompute_share, chunk_layers, layers_per_stage, model_recompute_share,
-                                   stage_layers)
+from planner.cost.pipeline import (block_recompute_share, chunk_layers, interleave_group_size, last_group_size,
+                                   layers_per_stage, model_recompute_share, stage_layers)
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -392,14 +392,18 @@ def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, 
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
     # backward and gathers a chunk's parameters as the previous chunk's first forward starts (schedules.py,
-    # grad_sync_func / param_sync_func). The final group of p micro-batches runs through the chunks one after
-    # another, so the other chunks' syncs hide behind (v − 1)·p chunk passes, while the chunk that finishes last
-    # (first) has nothing to hide behind: its 1/v share stays exposed (Calculon's interleaved window, formulas.md §6).
+    # grad_sync_func / param_sync_func). The chunks take turns in groups of micro-batches (p by default; N and a last
+    # group of m mod N with a micro-batch count p does not divide: pipeline.interleave_group_size), so the other
+    # chunks' gradient syncs hide behind (v − 1) times the last group's chunk passes and their parameter gathers
+    # behind (v − 1) times the first group's, while the chunk that finishes last (first) has nothing to hide behind:
+    # its 1/v share stays exposed (Calculon's interleaved window, formulas.md §6).
     interleaved = v > 1
-    window = np.where(interleaved, (v - 1) * p / v, 1.0)
+    first_group, last_group = interleave_group_size(p, num_mb, v), last_group_size(p, num_mb, v)
     edge = np.where(interleaved, v, buckets)
-    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * window, 0.0)
-    hide_params = np.where(rt.overlap_param_gather, stage_fwd * window, 0.0)
+    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * np.where(interleaved, (v - 1) * last_group / v, 1.0),
+                          0.0)
+    hide_params = np.where(rt.overlap_param_gather,
+                           stage_fwd * np.where(interleaved, (v - 1) * first_group / v, 1.0), 0.0)
     # A collective across nodes moves part of its bytes on NVLink, which slow overlapped compute like any in-node
     # collective's, and the rest on the network: each link's bytes bring their own slowdown (no scaling past 100%).
     gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)

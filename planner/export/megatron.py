@@ -5,7 +5,7 @@ fp16 (a GPU without bf16) is `--fp16` with dynamic loss scaling (its `--loss-sca
 
 from __future__ import annotations
 
-from planner.cost.pipeline import stage_layers
+from planner.cost.pipeline import interleave_group_size, stage_layers
 from planner.export.common import (
     is_fp16,
     launch_orders,
@@ -95,6 +95,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         args.append("--account-for-loss-in-pipeline-split")
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
+        group = int(interleave_group_size(pp, int(row["num_microbatches"]), v))
+        if group != pp:         # PP does not divide the micro-batches: the group size the plan priced (default PP)
+            args.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     if pp > 1 and dp > 1 and rank_order(row) == "pp-dp" and "pp-dp" in launch_orders("megatron", row):
         args.append("--use-tp-pp-dp-mapping")       # the plan's rank order: PP stages next to each other
     if row["sequence_parallel"]:

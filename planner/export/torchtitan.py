@@ -5,7 +5,7 @@ bf16."""
 
 from __future__ import annotations
 
-from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
+from planner.cost.pipeline import chunk_layers, every_nth_layers, interleave_group_size, stage_layers
 from planner.errors import PlannerError
 from planner.export.common import is_fp16, order_note, plan_line, priced_attention
 from planner.specs.model import ModelSpec
@@ -26,6 +26,12 @@ def blockers(row) -> list[str]:
     if tp > 1 and not row["sequence_parallel"]:
         why.append("torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds "
                    "enable_sequence_parallel)")
+    m, v = int(row["num_microbatches"]), int(row["vpp"])
+    if v > 1 and m % max(1, m // pp):
+        # torch.distributed.pipelining ScheduleInterleaved1F1B: rounds = max(1, m // pp), m % rounds == 0
+        why.append(f"torch's Interleaved1F1B needs the {m} micro-batches to split into {max(1, m // pp)} equal "
+                   f"rounds (m // PP); Megatron-Core runs them in groups of "
+                   f"{int(interleave_group_size(pp, m, v))}")
     return why
 
 

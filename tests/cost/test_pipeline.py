@@ -45,9 +45,10 @@ def test_in_flight_stage_0_holds_L_layers_worth_independent_of_p(p):
 
 @pytest.mark.parametrize("L, p, v", [(96, 4, 3), (96, 8, 2), (96, 8, 4), (128, 16, 8), (126, 7, 3)])
 def test_in_flight_interleaved_stage_0_korthikanti_penalty(L, p, v):
-    # Korthikanti §4 / Megatron interleaved_schedule_memory_penalty: L·(1 + (p − 1)/(p·v)) with m large.
+    # Korthikanti §4 / Megatron interleaved_schedule_memory_penalty: L·(1 + (p − 1)/(p·v)) with m large (and a
+    # multiple of p: the default micro-batch group of p)
     expected = L * (1 + (p - 1) / (p * v))
-    assert float(in_flight_layers(L // p, 0, p, 1000, v)) == pytest.approx(expected, rel=1e-12)
+    assert float(in_flight_layers(L // p, 0, p, 100 * p, v)) == pytest.approx(expected, rel=1e-12)
 
 
 def test_in_flight_interleaved_deeper_stages_follow_megatron_warmup():
@@ -56,6 +57,7 @@ def test_in_flight_interleaved_deeper_stages_follow_megatron_warmup():
     for r in range(p):
         chunks = 2 * (p - r - 1) + (v - 1) * p + 1
         assert float(in_flight_layers(per_stage, r, p, 1000, v)) == pytest.approx(chunks * per_stage / v)
+    # 1000 micro-batches = 125 groups of p = 8: the default group size
 
 
 def test_in_flight_capped_at_m_when_m_below_p():
