@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.pipeline import chunk_layers, stage_layers, stage_split_valid
+from planner.cost.pipeline import chunk_layers, split_kind, stage_layers, stage_split_valid
 from planner.cost.step import knob_columns
 from planner.errors import KEYWORD_FLAGS, PlannerError
 from planner.specs.hardware import HardwareSpec
@@ -32,7 +32,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     # torchtitan (n_kv_heads // tp local heads) split whole K/V heads: TP divides both head counts.
     q_heads_ok, kv_heads_ok = m.heads % t == 0, m.kv_heads % t == 0
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
-    mid = stage_layers(m.layers, p)[1]
+    first, mid, last = stage_layers(m.layers, p)
     batch_ok = job.global_batch % (b * d) == 0
     num_mb = job.global_batch // np.maximum(b * d, 1)
     not_op = np.asarray(c["recompute"]) != RECOMPUTE.index("op")
@@ -50,7 +50,8 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
          one_node | np.where(t <= gpn, gpn % t == 0, t % gpn == 0)),
         (f"TP x CP does not tile the {gpn}-GPU nodes (a CP group would straddle two nodes)",
          one_node | np.where(t * cp <= gpn, gpn % (t * cp) == 0, (t * cp) % gpn == 0)),
-        (f"PP does not split the {m.layers} layers (L, L+1 or L+2 divisible by PP)", stage_split_valid(m.layers, p)),
+        (f"PP does not split the {m.layers} layers (stages of at least one layer, the first and last no heavier "
+         "than the middle ones)", stage_split_valid(m.layers, p)),
         ("global batch not divisible by DP x micro-batch", batch_ok),
         # Megatron-Core CP: the sequence is cut into 2·CP chunks, each rank takes one from each end so that causal
         # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).
@@ -73,8 +74,10 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         ("hybrid sharding needs a shard group of at least 2 ranks", (r == 1) | (d // r * cp >= 2)),
         ("interleaving needs PP > 1", (v == 1) | (p > 1)),
         # With the embedding/loss accounting a stage has (L+2)/p slots (an edge stage: one is the embedding or the
-        # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved).
-        ("interleaving: VPP must divide the layers (slots) per stage", (v == 1) | (mid % v == 0)),
+        # loss); the slots split into v equal chunks (Llama 3 405B: 128 slots, 16 stages, interleaved). Explicit
+        # edge sizes must split into v chunks too (Megatron-Core TransformerConfig).
+        ("interleaving: VPP must divide the layers (slots) per stage",
+         (v == 1) | ((mid % v == 0) & ((split_kind(m.layers, p) != 3) | ((first % v == 0) & (last % v == 0))))),
         # Megatron-Core runs the chunks in groups of N >= p micro-batches (N = m fits any m >= p; the planner takes
         # the smallest valid N, cost.pipeline.interleave_group_size); fewer than p would stall the pipeline.
         ("interleaving needs at least PP micro-batches", (v == 1) | (batch_ok & (num_mb >= p))),
@@ -193,8 +196,12 @@ def invalid_layout_error(result) -> PlannerError:
     if reason.startswith("TP exceeds"):
         hints.append("--allow-cross-node-tp lets TP span nodes")
     elif reason.startswith("interleaving: VPP") and "pp" in pinned:
-        slots = int(stage_layers(result.model.layers, pinned["pp"])[1])
-        hints.append(f"with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}")
+        first, slots, last = (int(x) for x in stage_layers(result.model.layers, pinned["pp"]))
+        if split_kind(result.model.layers, pinned["pp"]) == 3:
+            hints.append(f"with PP {pinned['pp']} the first, middle and last stages have {first}, {slots} and {last} "
+                         f"layers, so VPP must divide all three")
+        else:
+            hints.append(f"with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}")
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
         hints.append(f"{n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
                      f"(e.g. {1 << (n.bit_length() - 1)})")

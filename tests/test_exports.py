@@ -84,7 +84,8 @@ def test_export_picks_the_best_layout_the_framework_can_run(capsys):
 
 
 @pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5),
-                                                  ("70b", 256, 4, 1), ("405b", 2048, 16, 1)])
+                                                  ("70b", 256, 4, 1), ("405b", 2048, 16, 1), ("70b", 96, 6, 2),
+                                                  ("70b", 96, 6, 1)])
 def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
     """torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual stages (its pipeline split):
     the export must give exactly PP x VPP of them, with the plan's layers per chunk (Llama 405B: 126 layers on
@@ -97,7 +98,7 @@ def test_torchtitan_interleaved_split_matches_the_plan(model, gpus, pp, vpp):
     # without interleaving torchtitan splits the slots over PP stages itself: even exactly when PP divides them
     per_stage = par.get("pipeline_parallel_layers_per_stage", slots // pp)
     assert math.ceil(slots / per_stage) == pp * vpp and slots % (pp * vpp) == 0
-    assert per_stage == {(16, 8): 1, (16, 4): 2, (4, 5): 4, (4, 1): 20, (16, 1): 8}[(pp, vpp)]
+    assert per_stage == {(16, 8): 1, (16, 4): 2, (4, 5): 4, (4, 1): 20, (16, 1): 8, (6, 2): 7, (6, 1): 14}[(pp, vpp)]
 
 
 def test_tp_comm_overlap_needs_sequence_parallelism_and_is_exported(capsys):
@@ -390,3 +391,19 @@ def test_interleaving_with_micro_batches_pp_does_not_divide():
 def test_interleaving_needs_at_least_pp_micro_batches():
     with pytest.raises(PlannerError, match="interleaving needs at least PP micro-batches"):
         _best("405b", 2048, tp=8, pp=16, dp=16, vpp=2, micro_batch=1, global_batch=128)     # m = 8 < 16
+
+
+def test_explicit_edge_stages():
+    """70B's 80 layers on PP 6 (80, 81 and 82 are not multiples of 6): Megatron-Core's --decoder-first/last-pipeline-
+    num-layers 12 and 12 around four stages of 14 (TransformerConfig: the middle stages divide the 56 left), never with
+    the accounting flags, which Megatron refuses beside them; torchtitan takes weights of 14 - 12 = 2 per edge."""
+    ev = _best("70b", 96, tp=4, pp=6, dp=4, vpp=1)
+    text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
+    assert "--decoder-first-pipeline-num-layers 12" in text and "--decoder-last-pipeline-num-layers 12" in text
+    assert "--account-for" not in text
+    par = tomllib.loads(export("torchtitan", ev.row, ev.result.model, ev.result.job)[0])["parallelism"]
+    assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (2, 2)
+    # VPP must split the edge stages too (Megatron-Core: first and last divisible by the virtual degree): 14 layers
+    # allow VPP 7, the 12 on the edges do not
+    with pytest.raises(PlannerError, match="VPP must divide.*12, 14 and 12 layers"):
+        _best("70b", 96, tp=4, pp=6, dp=4, vpp=7)

@@ -122,11 +122,14 @@ def test_recompute_fraction_counts_layers_per_chunk():
 
 def test_an_edge_stage_one_layer_short_recomputes_its_share():
     """405B on PP 4: (126 + 2)/4 = 32 slots, the edge stages hold 31 layers. k = 31 of a 32-layer chunk is every
-    layer of an edge stage; with VPP 2 (16-layer chunks, one of 15 on an edge stage) k = 8 is 16 of 31 there."""
+    layer of an edge stage; with VPP 2 (16-layer chunks, one of 15 on an edge stage) k = 8 is 16 of 31 there.
+    70B on PP 6 (explicit edges of 12 around 14): with VPP 2 the edge stage's chunks are 6 and 6, so k = 4 is 8
+    of 12."""
     from planner.cost.pipeline import block_recompute_share
-    assert block_recompute_share(31, 31, 32) == 1.0 and block_recompute_share(32, 31, 32) == 31 / 32
-    assert block_recompute_share(31, 8, 16, 2) == 16 / 31 and block_recompute_share(32, 8, 16, 2) == 0.5
-    assert block_recompute_share(31, 0, 32) == 1.0
+    assert block_recompute_share(31, 31) == 1.0 and block_recompute_share(32, 31) == 31 / 32
+    assert block_recompute_share(31, 8, 2) == 16 / 31 and block_recompute_share(32, 8, 2) == 0.5
+    assert block_recompute_share(31, 0) == 1.0
+    assert block_recompute_share(12, 4, 2) == 8 / 12 and block_recompute_share(14, 4, 2) == 8 / 14
 
 
 def test_what_if_interleaving_keeps_the_share_of_a_partial_recompute():

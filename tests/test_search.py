@@ -200,17 +200,19 @@ def test_the_min_gpu_scan_tries_its_limit_and_says_how_far_it_went():
 
 
 def test_no_valid_layout_names_the_binding_rules_and_a_batch_that_works():
-    """70B on 56 GPUs: every DP carries a factor 7 that the 2048-sequence batch lacks, or PP must be 7, which splits
-    none of 80, 81 or 82 layers; the error says which rules alone stand in the way (not just the most frequent) and
-    which global batch would do. (On 96 GPUs PP 3 now splits 80 + 1 slots: Megatron's loss accounting.)"""
+    """70B on 83 GPUs (a prime): DP 83 does not divide the 2048-sequence batch, and PP 83 exceeds the 80 layers; the
+    error says which rules alone stand in the way (not just the most frequent) and which global batch would do. (On
+    96 GPUs PP 3 splits 80 + 1 slots: Megatron's loss accounting; on 56, PP 14 takes explicit edge stages of 4
+    layers around twelve of 6.)"""
     with pytest.raises(PlannerError) as info:
-        evaluate("70b", 56)
+        evaluate("70b", 83)
     msg = info.value.message
     assert "global batch not divisible by DP x micro-batch" in msg and "valid but for this rule" in msg
     assert "PP does not split the 80 layers" in msg
-    assert "try --global-batch 1792" in msg
-    assert evaluate("70b", 56, global_batch=1792).row["dp"] % 7 == 0
+    assert "try --global-batch 2656" in msg
+    assert evaluate("70b", 83, global_batch=2656).row["dp"] == 83
     assert evaluate("70b", 96).row["pp"] % 3 == 0
+    assert evaluate("70b", 56, pp=14).row["pp"] == 14
     assert round_batch(2048, {3, 24}) == 1536 and round_batch(2048, {2048}) == 2048
     # a unit sharing an odd factor with the batch, or larger than twice the batch, still gets its multiple
     assert (round_batch(1536, {72}), round_batch(6, {9}), round_batch(2048, {20480})) == (1152, 9, 20480)

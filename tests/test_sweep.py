@@ -117,19 +117,19 @@ def test_plan_with_tokens_and_hardware_comparison_cli():
 def test_sweep_and_comparison_of_a_count_no_layout_can_use_are_bad_input(capsys):
     from cli_contract import assert_mentions, bad, run
 
-    _, _, alone = run(capsys, "--model", "8b", "--gpus", "7")
-    for argv in (["sweep", "--model", "8b", "--gpus", "7"], ["--model", "8b", "--gpus", "7", "--hardware",
-                                                              "h100-sxm,b200"]):
+    _, _, alone = run(capsys, "--model", "8b", "--gpus", "13")
+    for argv in (["sweep", "--model", "8b", "--gpus", "13"], ["--model", "8b", "--gpus", "13", "--hardware",
+                                                               "h100-sxm,b200"]):
         line = bad(capsys, *argv)
         assert line == alone.rstrip("\n"), (line, alone)      # the same reasons as the search on its own
-        assert_mentions(line, "--gpus", "7 GPUs", "TP does not divide the 32 query heads", "try --global-batch 1792")
+        assert_mentions(line, "--gpus", "13 GPUs", "TP does not divide the 32 query heads", "try --global-batch 1664")
 
 
 def test_rows_without_a_layout_say_why():
-    df = sweep("8b", "7,8")                     # one usable count: the other's row names the top rejection
-    row = df.set_index("gpus").loc[7]
+    df = sweep("8b", "13,16")                   # one usable count: the other's row names the top rejection
+    row = df.set_index("gpus").loc[13]
     assert row.status == "no valid layout" and row.reason.startswith("global batch not divisible by DP x micro-batch")
-    assert df.set_index("gpus").loc[8].status == "ok"
+    assert df.set_index("gpus").loc[16].status == "ok"
     assert [type(v) for v in df.tp] == [type(None), int]          # integers stay integers beside the empty row
     df = sweep("405b", "8,512")
     closest = run_search("405b", 8, find_min_gpus=False).closest.iloc[0]
@@ -142,9 +142,9 @@ def test_rows_without_a_layout_say_why():
 
 
 def test_sweep_cli_rows_and_exit_codes():
-    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "7,8"])
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "13,16"])
     assert res.exit_code == 0 and "no valid layout: global batch not divisible" in res.output, res.output
-    assert "TP1 PP1 DP8" in res.output                            # not TP1.0 PP1.0 DP8.0
+    assert "TP1 PP1 DP16" in res.output                           # not TP1.0 PP1.0 DP16.0
     res = runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8,16", "--format", "json"])
     assert res.exit_code == 1
     need = [run_search("405b", n, find_min_gpus=False).closest.iloc[0].memory_gib for n in (8, 16)]
@@ -219,8 +219,9 @@ def test_library_takes_the_command_lines_count_strings():
 
 def test_sweep_cli_takes_layout_pins():
     """`plan sweep` pins like the search: every row keeps the pinned TP, recompute and ZeRO stage, a count with no
-    valid layout under the pins says why (10 GPUs at TP 2: PP 5 splits none of 32, 33 or 34 layers and DP 5 does
-    not divide 1,024 sequences), and a bad value is one line with exit 2."""
+    valid layout under the pins says why (10 GPUs at TP 2 and ZeRO-1: DP 5 does not divide 1,024 sequences, and
+    PP 5, which splits the 32 layers 6/7/7/7/5, leaves DP 1 with nothing to shard over), and a bad value is one
+    line with exit 2."""
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,10,16", "--tp", "2", "--recompute", "selective",
                               "--zero", "1", "--format", "json"])
     rows = json.loads(res.stdout)["rows"]
@@ -228,7 +229,7 @@ def test_sweep_cli_takes_layout_pins():
     assert res.exit_code == 0 and [r["gpus"] for r in ok] == [8, 16]
     assert all(r["tp"] == 2 and r["recompute"] == "selective" and r["zero_stage"] == 1 for r in ok)
     ten = next(r for r in rows if r["gpus"] == 10)
-    assert ten["status"] == "no valid layout" and ten["reason"].startswith("PP does not split the 32 layers")
+    assert ten["status"] == "no valid layout" and ten["reason"].startswith("optimizer sharding needs DP x CP > 1")
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--zero", "5"])
     assert res.exit_code == 2 and "error: --zero:" in res.output
 
@@ -413,16 +414,18 @@ def test_different_hardware_files_that_share_a_name_are_compared_by_path(tmp_pat
 
 
 def test_when_no_count_or_profile_has_a_valid_layout_the_error_lists_them_all(capsys):
-    """8B on 7, 13 and 19 GPUs (primes: no layout divides the 2,048-sequence batch, and none of them splits 32, 33
-    or 34 layers, where 11 splits 33 and 17 splits 34): one line naming every count,
-    then the first count's reasons; one count alone, or one reason on every profile, keeps its own message."""
+    """8B on 13, 19 and 23 GPUs (primes: no layout divides the 2,048-sequence batch, and none of them splits the 32
+    layers: 11 splits 33 = 32 + the loss, but 11 middle stages of ceil(34/13) = 3 leave the two edges of 13 stages
+    nothing; 7 splits them 4/5/5/5/5/5/3): one line naming every count, then the first count's reasons; one count
+    alone, or one reason on every profile, keeps its own message."""
     with pytest.raises(PlannerError) as exc:
-        sweep("8b", [7, 13, 19])
+        sweep("8b", [13, 19, 23])
     assert exc.value.field == "gpus"
-    assert exc.value.message.startswith("none of the 3 GPU counts (7, 13, 19) has a valid layout; the first: no "
-                                        "valid layout of llama-3.1-8b on 7 GPUs: ")
-    with pytest.raises(PlannerError, match=r"^gpus: no valid layout of llama-3.1-8b on 7 GPUs"):
-        compare_hardware("8b", 7, "h100-sxm,b200")                        # the same reason on both
+    assert exc.value.message.startswith("none of the 3 GPU counts (13, 19, 23) has a valid layout; the first: no "
+                                        "valid layout of llama-3.1-8b on 13 GPUs: ")
+    with pytest.raises(PlannerError, match=r"^gpus: no valid layout of llama-3.1-8b on 13 GPUs"):
+        compare_hardware("8b", 13, "h100-sxm,b200")                       # the same reason on both
     with pytest.raises(PlannerError) as exc:
-        sweep("8b", [7])
-    assert exc.value.message.startswith("no valid layout of llama-3.1-8b on 7 GPUs: ")
+        sweep("8b", [13])
+    assert exc.value.message.startswith("no valid layout of llama-3.1-8b on 13 GPUs: ")
+    assert sweep("8b", [7]).pp.tolist() == [7]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import params as P
-from planner.cost.pipeline import (block_recompute_share, chunk_layers, first_chunk_in_flight, in_flight_layers,
+from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight, in_flight_layers,
                                    layers_per_stage, stage_layers)
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Precision, recompute_codes, shard_group
@@ -154,7 +154,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     the same weights, or with hybrid sharding (HSDP) over a group of dp·cp/dp_replicate of them.
     `recompute_layers` k: under full recompute, only the first k layers of each pipeline chunk are recomputed
     (Megatron's block method; 0: all), the others store all their activations; the share is per stage
-    (pipeline.block_recompute_share: an edge stage of an uneven split has one layer fewer).
+    (pipeline.block_recompute_share: an edge stage of an uneven split has fewer layers).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
     t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
@@ -164,7 +164,6 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     act_none = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
                                           precision.activation_bytes)
     full = recompute_codes(recompute) == 2
-    chunk = chunk_layers(m.layers, p, vpp)
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
     logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
@@ -180,7 +179,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     for states, layers_r, r in zip(stage_state_bytes(m, t, p, shards, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.
-        f = np.where(full, block_recompute_share(layers_r, recompute_layers, chunk, vpp), 1.0)
+        f = np.where(full, block_recompute_share(layers_r, recompute_layers, vpp), 1.0)
         parts = {
             **states,
             "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * (f * act + (1 - f) * act_none)

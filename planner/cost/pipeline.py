@@ -6,29 +6,68 @@ All functions take scalars or numpy arrays and broadcast.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
+def _edge_split(layers, pp):
+    """(middle, edges): Megatron's uneven split (--decoder-first/last-pipeline-num-layers) as the planner sets it when
+    none of the accounting splits applies: the p − 2 middle stages carry ⌈(L + 2)/p⌉ layers each (the accounting
+    splits' load, the embedding and the loss counted as a layer) and the two edge stages share the E = L − (p − 2)·mid
+    others, at most mid − 1 each."""
+    mid = -(-(layers + 2) // np.maximum(pp, 1))
+    return mid, layers - np.maximum(pp - 2, 0) * mid
+
+
+def _split(layers, pp):
+    """(kind, first, middle, last) for split_kind and stage_layers, elementwise."""
+    p = np.maximum(pp, 1)
+    edge_mid, edges = _edge_split(layers, pp)
+    even = layers % p == 0
+    both = ~even & ((layers + 2) % p == 0)          # the first kind that applies, in order
+    loss = (layers + 1) % p == 0
+    explicit = ~(even | both | loss)
+    kind = np.where(even, 0, np.where(both, 1, np.where(loss, 2, np.where((pp >= 3) & (edges >= 2), 3, -1))))
+    mid = np.where(explicit, edge_mid, (layers + np.where(even, 0, np.where(both, 2, 1))) // p)
+    first = np.where(explicit, (edges + 1) // 2, mid - both)
+    last = np.where(explicit, edges // 2, mid - ~even)
+    return np.where(pp <= layers, kind, -1), first, mid, last
+
+
+@lru_cache(maxsize=4096)
+def _split_one(layers: int, pp: int) -> tuple[int, int, int, int]:
+    return tuple(int(x) for x in _split(np.int64(layers), np.int64(pp)))
+
+
+def _splits(layers, pp):
+    """_split on scalars through a cache (the search asks per PP degree, hundreds of times), else on arrays."""
+    if np.ndim(layers) == 0 and np.ndim(pp) == 0:
+        return tuple(np.int64(x) for x in _split_one(int(layers), int(pp)))
+    return _split(np.asarray(layers), np.asarray(pp))
+
+
+def split_kind(layers, pp):
+    """How the L layers are split over p stages: 0 evenly (L/p), 1 with Megatron's embedding and loss accounting
+    ((L + 2)/p slots: `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split`; the
+    first and last stage each count the embedding or the loss as one layer; Llama-3 405B's 126 = 16·8 − 2), 2 with the
+    loss accounting alone ((L + 1)/p; validate_args adds one layer per flag; torchtitan's `*_stage_less_layers` the
+    same), 3 with explicit edge-stage sizes (`--decoder-first/last-pipeline-num-layers`: Megatron-Core TransformerConfig
+    takes any first and last >= 1 whose remaining layers the p − 2 middle stages divide; _edge_split), -1 none."""
+    return _splits(layers, pp)[0]
+
+
 def stage_split_valid(layers, pp):
-    """Layers split evenly (L % p == 0), or with Megatron's embedding/loss accounting: (L + 2) % p == 0 with both
-    `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split` (the first and last stage
-    each count the embedding or the loss as one layer; Llama-3 405B's 126 = 16·8 − 2), or (L + 1) % p == 0 with the
-    loss flag alone (validate_args adds one layer per flag; torchtitan's `*_stage_less_layers` the same)."""
-    layers, pp = np.asarray(layers), np.asarray(pp)
-    return (pp <= layers) & ((layers % pp == 0) | ((layers + 2) % pp == 0) | ((layers + 1) % pp == 0))
+    """The layers split over the p stages in one of the ways split_kind names."""
+    return split_kind(layers, pp) >= 0
 
 
 def stage_layers(layers, pp):
-    """(layers on the first stage, on a middle stage, on the last stage). Even split: all L/p; else (L+2)/p − 1 on
-    the two edge stages and (L+2)/p in the middle (both accounting flags); else (L+1)/p everywhere but the last
-    stage, which counts the loss as a layer and has one fewer (the loss flag alone: the stage that also computes
-    the logits is the one to lighten)."""
-    layers, pp = np.asarray(layers), np.asarray(pp)
-    even, both = layers % pp == 0, (layers + 2) % pp == 0
-    mid = np.where(even, layers // pp, np.where(both, (layers + 2) // pp, (layers + 1) // pp))
-    last = np.where(even, mid, mid - 1)
-    first = np.where(even | ~both, mid, mid - 1)
-    return first, mid, last
+    """(layers on the first stage, on a middle stage, on the last stage), by split_kind: all L/p; (L+2)/p − 1 on the
+    two edge stages and (L+2)/p in the middle; (L+1)/p everywhere but the last stage, which counts the loss as a
+    layer and has one fewer (the stage that also computes the logits is the one to lighten); explicit edges:
+    ⌈E/2⌉ first and ⌊E/2⌋ last (_edge_split; the last stage, with the logits, again the lighter)."""
+    return _splits(layers, pp)[1:]
 
 
 def chunk_layers(layers, pp, vpp=1):
@@ -37,13 +76,14 @@ def chunk_layers(layers, pp, vpp=1):
     return np.maximum(stage_layers(layers, pp)[1] // np.maximum(np.asarray(vpp), 1), 1)
 
 
-def block_recompute_share(layers_on_stage, k, chunk, vpp=1):
-    """Share of a stage's layers Megatron's block method (--recompute-num-layers k) recomputes: the first min(k,
-    chunk) of each of its vpp chunks; an edge stage one layer short (the embedding/loss accounting) has one chunk
-    of chunk − 1 layers, of which min(k, chunk − 1). k = 0 means every layer."""
-    n, k, chunk, v = (np.asarray(x) for x in (layers_on_stage, k, chunk, vpp))
-    short = np.clip(v * chunk - n, 0, 1)
-    done = (v - short) * np.minimum(k, chunk) + short * np.minimum(k, np.maximum(chunk - 1, 0))
+def block_recompute_share(layers_on_stage, k, vpp=1):
+    """Share of a stage's layers Megatron's block method (--recompute-num-layers k) recomputes: the first min(k, c)
+    of each of its v chunks of c layers. A stage splits into chunks of ⌈n/v⌉ layers but for one, which has what is
+    left: an edge stage one layer short (the embedding/loss accounting) has one chunk of ⌈n/v⌉ − 1, one with
+    explicit edge sizes v equal ones (v divides them). k = 0 means every layer."""
+    n, k, v = (np.asarray(x) for x in (layers_on_stage, k, vpp))
+    big = -(-n // np.maximum(v, 1))
+    done = (v - 1) * np.minimum(k, big) + np.minimum(k, np.maximum(n - (v - 1) * big, 0))
     return np.where(k > 0, done / np.maximum(n, 1), 1.0)
 
 
@@ -52,11 +92,10 @@ def model_recompute_share(layers, pp, k, vpp=1):
     HFU numerator's recompute term. A first and a last stage (one stage when pp = 1) and pp − 2 middle ones."""
     p = np.asarray(pp)
     first_n, mid_n, last_n = stage_layers(layers, p)
-    chunk = chunk_layers(layers, p, vpp)
     lasts, mids = np.where(p == 1, 0, 1), np.maximum(p - 2, 0)
-    done = (first_n * block_recompute_share(first_n, k, chunk, vpp)
-            + lasts * last_n * block_recompute_share(last_n, k, chunk, vpp)
-            + mids * mid_n * block_recompute_share(mid_n, k, chunk, vpp))
+    done = (first_n * block_recompute_share(first_n, k, vpp)
+            + lasts * last_n * block_recompute_share(last_n, k, vpp)
+            + mids * mid_n * block_recompute_share(mid_n, k, vpp))
     return done / np.maximum(first_n + lasts * last_n + mids * mid_n, 1)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.cost import comm, compute, flops, memory
 from planner.cost.params import kv_dim_per_rank
-from planner.cost.pipeline import (block_recompute_share, chunk_layers, interleave_group_size, last_group_size,
+from planner.cost.pipeline import (block_recompute_share, interleave_group_size, last_group_size,
                                    layers_per_stage, model_recompute_share, stage_layers)
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
@@ -196,8 +196,7 @@ def num_microbatches(job: Job, micro_batch, dp):
 def recompute_fraction(m: ModelSpec, c: dict):
     """Share of a stage's layers that full recompute recomputes: k of the layers of each pipeline chunk (Megatron's
     block method, --recompute-num-layers k), all of them for k = 0."""
-    chunk = chunk_layers(m.layers, c["pp"], c["vpp"])
-    return block_recompute_share(stage_layers(m.layers, c["pp"])[1], c["rc_layers"], chunk, c["vpp"])
+    return block_recompute_share(stage_layers(m.layers, c["pp"])[1], c["rc_layers"], c["vpp"])
 
 
 def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
@@ -259,8 +258,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     logits = compute.logits_time_s(m, job.seq_len / cp, b, t, hw, e)
     # The last stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
     partial = np.any(np.asarray(c["rc_layers"]) > 0)          # else every share is 1: skip the arithmetic
-    edge_share = (block_recompute_share(last, c["rc_layers"], chunk_layers(m.layers, p, v), v) if partial
-                  else 1.0)
+    edge_share = block_recompute_share(last, c["rc_layers"], v) if partial else 1.0
     edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * last * (fwd + tp_fwd), 0.0)
     # The pacing stage is the one whose compute plus TP and CP communication is longest; its parts are reported.
     edge_comp, mid_comp = last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)

@@ -5,7 +5,7 @@ fp16 (a GPU without bf16) is `--fp16` with dynamic loss scaling (its `--loss-sca
 
 from __future__ import annotations
 
-from planner.cost.pipeline import interleave_group_size, stage_layers
+from planner.cost.pipeline import interleave_group_size, split_kind, stage_layers
 from planner.export.common import (
     is_fp16,
     launch_orders,
@@ -89,10 +89,13 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         if not runtime.cp_comm_overlap:
             args.append("--cp-comm-type all_gather")
     first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
-    if pp > 1 and first != mid:      # the first stage counts the embedding as a layer
-        args.append("--account-for-embedding-in-pipeline-split")
-    if pp > 1 and last != mid:       # the last stage counts the loss as a layer
-        args.append("--account-for-loss-in-pipeline-split")
+    if pp > 1 and split_kind(m.layers, pp) == 3:     # explicit edge stages (no accounting flag goes with them)
+        args += [f"--decoder-first-pipeline-num-layers {first}", f"--decoder-last-pipeline-num-layers {last}"]
+    else:
+        if pp > 1 and first != mid:      # the first stage counts the embedding as a layer
+            args.append("--account-for-embedding-in-pipeline-split")
+        if pp > 1 and last != mid:       # the last stage counts the loss as a layer
+            args.append("--account-for-loss-in-pipeline-split")
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
         group = int(interleave_group_size(pp, int(row["num_microbatches"]), v))

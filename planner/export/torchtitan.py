@@ -100,7 +100,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         # torchtitan counts the embedding and the output as `*_stage_less_layers` layers on the first and last stage
         # and splits L plus those into PP x VPP stages. The plan's split: (L + 2)/p slots per stage (Megatron's
         # embedding and loss accounting, weights 1 and 1) or (L + 1)/p (the loss alone, weights 0 and 1) when PP
-        # does not divide L, else L/p (weights 0, not torchtitan's default 1).
+        # does not divide L, else L/p (weights 0, not torchtitan's default 1); explicit edge stages of first and
+        # last layers take weights mid - first and mid - last.
         first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
         first_weight, last_weight = mid - first, mid - last
         lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
@@ -108,8 +109,13 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
                   f"pipeline_parallel_first_stage_less_layers = {first_weight}",
                   f"pipeline_parallel_last_stage_less_layers = {last_weight}"]
         if v > 1:       # ceil((L + first + last) / layers_per_stage) virtual stages = PP x VPP
-            lines.append("pipeline_parallel_layers_per_stage = "
-                         f"{(m.layers + first_weight + last_weight) // (pp * v)}")
+            per_chunk = (m.layers + first_weight + last_weight) // (pp * v)
+            lines.append(f"pipeline_parallel_layers_per_stage = {per_chunk}")
+            if max(first_weight, last_weight) > per_chunk:
+                # generate_llm_fqn_per_model_part takes the weights off the first and last virtual stage only
+                notes.append(f"# torchtitan refuses this split: its {first_weight} and {last_weight} fewer layers "
+                             f"on the edge stages must each fit in one {per_chunk}-layer chunk (input/output_weight "
+                             "<= layers per stage); plan with a smaller --vpp")
     mode = {"none": "none", "selective": "selective", "full": "full", "op": "selective"}[row["recompute"]]
     k, chunk = int(row.get("recompute_layers", 0)), int(chunk_layers(m.layers, pp, v))
     # torchtitan's layer SAC checkpoints every N-th block of the rank (one counter over its v chunks): the plan's

@@ -134,6 +134,18 @@ def test_llama_405b_stage_params_and_state_bytes_formulas_md_section_9():
     assert rel(middle * float(w + g + o), 13.0e9) < 0.005  # ZeRO-1 with bf16 grads, 4.094 B/param: 13.0 GB
 
 
+def test_explicit_edge_stages_hold_their_own_layers():
+    """70B's 80 layers on PP 6: 12 on the first stage (with the embedding), 14 on each of four middle ones, 12 on the
+    last (with the head and the final norm): --decoder-first/last-pipeline-num-layers 12 12."""
+    m = load_model("llama-3.1-70b")
+    h = 8192
+    layer = 2 * h * h + 2 * h * 1024 + 3 * h * 28672 + 2 * h          # Q, O; K, V (8 heads of 128); gated MLP; norms
+    rank_layer = (layer - 2 * h) / 4 + 2 * h
+    emb = 128256 * h / 4
+    first, middle, last = (float(x) for x in memory.stage_params(m, 4, 6))
+    assert (first, middle, last) == (12 * rank_layer + emb, 14 * rank_layer, 12 * rank_layer + emb + h)
+
+
 def test_stage_params_single_stage_is_whole_model_over_tp():
     """One stage holds the whole model: its TP-split weights over t, its 65 RMSNorms (2 per layer and the final
     one, 4096 each) on every rank."""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.cost.pipeline import (bubble_fraction, bubble_ratio, in_flight_layers, stage_layers,
+from planner.cost.pipeline import (bubble_fraction, bubble_ratio, in_flight_layers, split_kind, stage_layers,
                                    stage_split_valid)
 
 
@@ -72,7 +72,9 @@ def test_in_flight_capped_at_m_when_m_below_p():
 @pytest.mark.parametrize("L, p, valid, split", [
     (126, 16, True, (7, 8, 7)),      # formulas.md §9: (126 + 2)/16 = 8 slots; edges give one to embedding / loss
     (96, 8, True, (12, 12, 12)),     # even split
-    (126, 5, False, None),           # 126 % 5 = 1, 127 % 5 = 2, 128 % 5 = 3
+    # 126 % 5 = 1, 127 % 5 = 2, 128 % 5 = 3: explicit edges (--decoder-first/last-pipeline-num-layers), three
+    # middle stages of ceil(128/5) = 26 and the 126 - 78 = 48 left split 24/24
+    (126, 5, True, (24, 26, 24)),
     (126, 2, True, (63, 63, 63)),
     (126, 4, True, (31, 32, 31)),    # 128/4 = 32
     (80, 1, True, (80, 80, 80)),
@@ -81,7 +83,12 @@ def test_in_flight_capped_at_m_when_m_below_p():
     (80, 3, True, (27, 27, 26)),     # Llama 3.1 70B on PP 3: 81/3
     (80, 9, True, (9, 9, 8)),
     (79, 2, True, (40, 40, 39)),
-    (80, 6, False, None),            # 80, 81, 82 are not multiples of 6
+    # 80, 81, 82 are not multiples of 6: 4 x 14 in the middle (ceil(82/6)), 12 and 12 on the edges
+    (80, 6, True, (12, 14, 12)),
+    (80, 7, True, (10, 12, 10)),
+    (32, 5, True, (6, 7, 5)),        # 11 edge layers: the odd one goes first (the last stage has the logits)
+    (126, 24, False, None),          # 22 stages of ceil(128/24) = 6 exceed 126
+    (32, 10, False, None),           # 8 x 4 = 32 leaves the edges nothing
 ])
 def test_stage_split(L, p, valid, split):
     assert bool(stage_split_valid(L, p)) is valid
@@ -93,8 +100,25 @@ def test_stage_split(L, p, valid, split):
 
 def test_stage_split_vectorized():
     p = np.array([1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128])
-    valid = stage_split_valid(126, p)
-    assert valid.tolist() == [126 % x == 0 or 127 % x == 0 or 128 % x == 0 for x in p.tolist()[:-1]] + [False]
+    assert stage_split_valid(126, p).tolist() == [True] * 11 + [False]
+    kinds = split_kind(126, p).tolist()
+    assert kinds == [0, 0, 0, 1, 3, 0, 0, 1, 1, 1, 1, -1]      # 4, 8, ...: (126 + 2)/p; 5: explicit edges
+    first, mid, last = stage_layers(126, p[:-1])
+    assert np.array_equal(first + np.maximum(p[:-1] - 2, 0) * mid + np.where(p[:-1] > 1, last, 0), [126] * 11)
+
+
+@settings(max_examples=300, deadline=None)
+@given(L=st.integers(1, 200), p=st.integers(1, 64))
+def test_every_valid_split_adds_up_and_keeps_the_edges_no_heavier(L, p):
+    """Whatever the split kind, the stages hold every layer once, each at least one, and the first and last stage
+    (which also hold the embedding and the logits) never more than a middle one: the middle stage paces."""
+    if not stage_split_valid(L, p):
+        return
+    first, mid, last = (int(x) for x in stage_layers(L, p))
+    assert first + max(p - 2, 0) * mid + (last if p > 1 else 0) == L
+    assert min(first, mid, last) >= 1 and first <= mid and last <= mid and last <= first
+    if split_kind(L, p) == 3:      # Megatron-Core: the middle stages divide what the edges leave
+        assert p >= 3 and (L - first - last) % (p - 2) == 0
 
 
 @settings(max_examples=100, deadline=None)
