@@ -366,6 +366,26 @@ def test_torchtitan_under_pp_says_its_fsdp_gradients_stay_unsharded():
     assert f"about {float(ev.row['gradients_gib']) * (shards - 1):,.1f} GiB more per GPU" in text
     flat = planner.evaluate("70b", 512, tp=2, cp=2, pp=1, zero_stage=3)
     assert "unsharded" not in export("torchtitan", flat.row, flat.result.model, flat.result.job)[0]
+    # against a memory limit, a layout the whole gradients push over it is one torchtitan cannot run
+    need = float(ev.row["memory_gib"]) + float(ev.row["gradients_gib"]) * (shards - 1)
+    assert not blockers("torchtitan", ev.row, capacity_gib=need + 0.1)
+    assert any("unsharded until the last micro-batch, which takes the layout over the memory limit" in w
+               for w in blockers("torchtitan", ev.row, capacity_gib=need - 0.1))
+    assert not blockers("torchtitan", flat.row, capacity_gib=float(flat.row["memory_gib"]))
+
+
+def test_torchtitan_export_picks_a_layout_whose_whole_gradients_fit():
+    """405B on 12,288 H100s: the export's layout, with its gradients unsharded under PP, stays within the search's
+    memory limit (before, it picked one needing about 64 GiB more than planned: 132 GiB on an 80 GB GPU)."""
+    from planner.export.torchtitan import pp_unsharded_gradients_gib
+    res = planner.run_search("405b", 12288)
+    text, _ = best_supported("torchtitan", res)
+    limit = res.capacity_bytes / 2**30
+    best = next(r for _, r in res.table.iterrows() if not blockers("torchtitan", r, capacity_gib=limit))
+    assert float(best["memory_gib"]) + pp_unsharded_gradients_gib(best) <= limit
+    assert int(best["pp"]) > 1 and pp_unsharded_gradients_gib(best) > 0          # the check was needed
+    assert f"step {float(best['step_time_s']):.3g} s" in text
+    assert tomllib.loads(text)["parallelism"]["pipeline_parallel_degree"] == int(best["pp"])
 
 
 def test_interleaving_with_micro_batches_pp_does_not_divide():

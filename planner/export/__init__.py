@@ -30,14 +30,16 @@ def _check_framework(framework) -> None:
         raise PlannerError("framework", f"got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
 
 
-def blockers(framework: str, row, dtype: str = "bf16") -> list[str]:
-    """Every reason `framework` cannot run this layout as planned (in mixed precision `dtype`); empty if it can."""
+def blockers(framework: str, row, dtype: str = "bf16", capacity_gib: float | None = None) -> list[str]:
+    """Every reason `framework` cannot run this layout as planned (in mixed precision `dtype`); empty if it can.
+    `capacity_gib`, the memory a GPU may use, also refuses a layout the framework would hold more memory for than
+    planned (torchtitan's unsharded gradients under PP)."""
     _check_framework(framework)
     is_fp16(dtype)                                      # refuses a dtype that is neither, for every framework
     if framework == "megatron":
         return megatron.blockers(row)
     if framework == "torchtitan":
-        return torchtitan.blockers(row)
+        return torchtitan.blockers(row, capacity_gib)
     return deepspeed.blockers(row, dtype)
 
 
@@ -87,8 +89,9 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     # whole table took a second on large searches). Faster rows in an order it cannot launch are priced again in
     # its own order (no cheaper than before) and may still win.
     best, other_order, blocked = None, [], []
+    capacity_gib = result.capacity_bytes / 2**30
     for _, r in table.iterrows():
-        if why := blockers(framework, r, dtype):
+        if why := blockers(framework, r, dtype, capacity_gib):
             blocked.append(why)          # kept for the refusal below, which needs every row's reasons
             continue
         if rank_order(r) in launch_orders(framework, r):
@@ -114,8 +117,8 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         notes.insert(0, f"priced in {framework}'s rank order {best['placement']} (PP outermost)"
                         + (f": {gap:.1%} slower than the table's {overall['placement']}" if same_knobs else ""))
     if gap > 0 and not same_knobs:
-        reason = unsupported(framework, overall, dtype) or (f"its rank order {overall['placement']} (PP stages next "
-                                                            f"to each other), which {framework} cannot launch")
+        reason = next(iter(blockers(framework, overall, dtype, capacity_gib)), None) or (
+            f"its rank order {overall['placement']} (PP stages next to each other), which {framework} cannot launch")
         notes.insert(0, f"best layout {framework} can run; the overall best ({gap:.1%} faster) is not supported: "
                         f"{reason}")
     return text, notes

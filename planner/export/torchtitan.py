@@ -12,8 +12,19 @@ from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Runtime, shard_group
 
 
-def blockers(row) -> list[str]:
-    """Every reason torchtitan cannot run this layout as planned; empty if it can."""
+def pp_unsharded_gradients_gib(row) -> float:
+    """GiB per GPU more than planned that torchtitan holds under PP with FSDP: torch.distributed.pipelining's
+    PipelineStage (backward_maybe_with_nosync) turns FSDP's gradient sync and reshard-after-backward off for every
+    micro-batch and reduces once after the last, so a stage keeps its whole gradients, not the plan's shard."""
+    if int(row["pp"]) == 1 or int(row["zero_stage"]) == 0 or "gradients_gib" not in row:
+        return 0.0
+    shards = int(shard_group(int(row["dp"]), int(row.get("cp", 1)), int(row.get("dp_replicate", 1))))
+    return float(row["gradients_gib"]) * (shards - 1)
+
+
+def blockers(row, capacity_gib: float | None = None) -> list[str]:
+    """Every reason torchtitan cannot run this layout as planned; empty if it can. `capacity_gib`: the memory a GPU
+    may use (the search's), against which the unsharded gradients under PP are checked."""
     why = []
     zero, tp, pp = int(row["zero_stage"]), int(row["tp"]), int(row["pp"])
     if int(row.get("cp", 1)) > 1 and zero == 0:
@@ -32,6 +43,11 @@ def blockers(row) -> list[str]:
         why.append(f"torch's Interleaved1F1B needs the {m} micro-batches to split into {max(1, m // pp)} equal "
                    f"rounds (m // PP); Megatron-Core runs them in groups of "
                    f"{int(interleave_group_size(pp, m, v))}")
+    extra = pp_unsharded_gradients_gib(row)
+    if capacity_gib is not None and extra and float(row["memory_gib"]) + extra > capacity_gib:
+        # no amount in the text: the refusal of a whole search groups layouts by reason
+        why.append("under PP torchtitan keeps FSDP's gradients unsharded until the last micro-batch, which takes the "
+                   "layout over the memory limit")
     return why
 
 
@@ -62,11 +78,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
         m_steps = job.global_batch // (int(row["micro_batch"]) * dp)
         if pp > 1:
-            # torch.distributed.pipelining's PipelineStage (backward_maybe_with_nosync) turns FSDP's gradient sync
-            # and reshard-after-backward off for every micro-batch and reduces once after the last one
-            shards = int(shard_group(dp, cp, replicate))        # what the plan's gradients were sharded over
-            extra = (f" (about {float(row['gradients_gib']) * (shards - 1):,.1f} GiB more per GPU than planned)"
-                     if "gradients_gib" in row and shards > 1 else "")
+            more = pp_unsharded_gradients_gib(row)
+            extra = f" (about {more:,.1f} GiB more per GPU than planned)" if more else ""
             notes.append("# under PP torchtitan's stages keep FSDP's gradients unsharded (and the weights gathered) "
                          f"until the last micro-batch, where the plan priced them sharded{extra}")
         elif zero in (1, 2) and m_steps > 1:
