@@ -427,3 +427,16 @@ def test_explicit_edge_stages():
     # allow VPP 7, the 12 on the edges do not
     with pytest.raises(PlannerError, match="VPP must divide.*12, 14 and 12 layers"):
         _best("70b", 96, tp=4, pp=6, dp=4, vpp=7)
+
+
+@pytest.mark.parametrize("zero, says", [(1, "BF16_Optimizer all-reduces the fp32 gradients"),
+                                        (2, "reduces gradients in bf16"), (3, "reduces gradients in bf16")])
+def test_deepspeed_notes_how_its_gradient_traffic_differs_from_the_plan(zero, says):
+    """DeepSpeed's engine communicates in the model's 16-bit dtype unless communication_data_type says otherwise
+    (engine.py), so ZeRO-2/3 move half the planned fp32 gradient bytes; its ZeRO-1 with fp32 accumulation is
+    BF16_Optimizer, whose all-reduce and all-gather are not overlapped."""
+    ev = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=zero)
+    _, notes = export("deepspeed", ev.row, ev.result.model, ev.result.job)
+    assert sum(says in n for n in notes) == 1
+    other = "reduces gradients in bf16" if zero == 1 else "BF16_Optimizer all-reduces"
+    assert not any(other in n for n in notes)

@@ -68,6 +68,20 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         notes.append("bf16 without ZeRO needs DeepSpeed >= 0.17.6 (DDP_BFLOAT16; earlier releases refuse it): it "
                      "accumulates and all-reduces bf16 gradients where the plan priced fp32 ones, so expect less "
                      "gradient memory and DP traffic than planned")
+    if zero == 1 and not fp16:
+        # engine.py allreduce_gradients: without a ZeRO partitioned optimizer the engine all-reduces the gradients
+        # for reduction (BF16_Optimizer's fp32 ones) at the accumulation boundary; BF16_Optimizer.step then
+        # all-gathers the updated bf16 weights over DP
+        notes.append("DeepSpeed's BF16_Optimizer all-reduces the fp32 gradients after the last micro-batch's backward "
+                     "and all-gathers the updated weights after the step, neither overlapped with compute, where the "
+                     "plan priced a reduce-scatter and an all-gather hidden behind the backward and forward: expect "
+                     "more exposed data-parallel time than planned")
+    elif zero >= 2:
+        # engine.py communication_data_type: the configured one, else the model's 16-bit dtype
+        notes.append(f"DeepSpeed reduces gradients in {'fp16' if fp16 else 'bf16'} (communication_data_type "
+                     "defaults to the model's dtype) where the plan priced fp32 gradients: expect less "
+                     "data-parallel traffic than planned, or set \"communication_data_type\": \"fp32\" for the "
+                     "plan's (and Megatron's) numerics")
     if tp > 1:
         notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "
                      f"--tensor-model-parallel-size {tp}), not from this JSON")
