@@ -17,10 +17,11 @@ from planner.specs.strategy import RECOMPUTE, Job
 
 
 def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
-          flash_attention: bool | None = None):
+          flash_attention: bool | None = None, microbatch_groups: bool = True):
     """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero, or a result
     table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job). FlashAttention: as
-    the runtime prices it; None follows the hardware (Runtime.for_hardware), as the search does by default."""
+    the runtime prices it; None follows the hardware (Runtime.for_hardware), as the search does by default.
+    `microbatch_groups`: Runtime.microbatch_groups (False: interleaving needs a multiple of PP micro-batches)."""
     c, hw = knob_columns(c), hw.for_job(job.gpus)
     if flash_attention is None:
         flash_attention = hw.fused_attention
@@ -81,6 +82,8 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # Megatron-Core runs the chunks in groups of N >= p micro-batches (N = m fits any m >= p; the planner takes
         # the smallest valid N, cost.pipeline.interleave_group_size); fewer than p would stall the pipeline.
         ("interleaving needs at least PP micro-batches", (v == 1) | (batch_ok & (num_mb >= p))),
+        ("interleaving needs micro-batches to be a multiple of PP (this stack has no micro-batch groups)",
+         (v == 1) | bool(microbatch_groups) | (num_mb % p == 0)),
         # Megatron's block method recomputes the first k layers of each chunk of a stage.
         ("recompute layers exceed the layers per pipeline chunk",
          np.asarray(c.get("rc_layers", 0)) <= chunk_layers(m.layers, p, v)),
@@ -120,14 +123,14 @@ def sole_failure(rule_list, n: int):
 # --- which rule to blame when nothing is valid ------------------------------------------------------------------
 
 def sole_blockers(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, allow_cross_node_tp: bool,
-                  flash_attention: bool, chunk_rows: int):
+                  flash_attention: bool, chunk_rows: int, microbatch_groups: bool = True):
     """({rule: layouts that break only it}, nearest global batch that a layout blocked only by the batch rule
     divides), for the error when nothing is valid."""
     counts: dict[str, int] = {}
     units: set[int] = set()
     for start in range(0, len(cols["tp"]), chunk_rows):
         chunk = {k: v[start:start + chunk_rows] for k, v in cols.items()}
-        rule_list = rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention)
+        rule_list = rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups)
         only = sole_failure(rule_list, len(chunk["tp"]))
         for i, (reason, _) in enumerate(rule_list):
             rows = only == i

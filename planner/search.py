@@ -136,7 +136,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     n = len(cols["tp"])
     rejected: dict[str, int] = {}
     fitting, overflowing = [], []
-    for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention):
+    for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention,
+                              runtime.microbatch_groups):
         res = step_columns(m, hw, job, good, precision, runtime)
         frames = [_rows_to_frame(good, res, job, capacity)]
         if pins.dp_replicate is None:
@@ -169,7 +170,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
                           precision=precision)
     if len(table) == 0 and len(over) == 0:
         result.sole_blockers, result.batch_suggestion = constraints.sole_blockers(
-            m, hw, job, cols, allow_cross_node_tp, runtime.flash_attention, CHUNK_ROWS)
+            m, hw, job, cols, allow_cross_node_tp, runtime.flash_attention, CHUNK_ROWS, runtime.microbatch_groups)
     if len(table) == 0 and len(over) and find_min_gpus:
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)
@@ -181,12 +182,12 @@ def _result_keys():
              "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
 
 
-def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=None):
+def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=None, microbatch_groups=True):
     """The valid candidates of `cols`, CHUNK_ROWS rows at a time (arrays stay small at any GPU count); each
     rejected candidate is counted under the first rule it breaks in `rejected`, when given."""
     for start in range(0, len(cols["tp"]), CHUNK_ROWS):
         chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention)
+        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups)
         failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
         if rejected is not None:
             for i, (reason, _) in enumerate(rule_list):
@@ -201,7 +202,7 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
     """Memory-only check: does any valid layout on job.gpus fit?"""
     hw = hw.for_job(job.gpus)                   # the TP-inside-a-node rule on this count's segments
     for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp,
-                              flash_attention=runtime.flash_attention):
+                              flash_attention=runtime.flash_attention, microbatch_groups=runtime.microbatch_groups):
         parts, _ = memory_columns(m, hw, job, good, precision, runtime)
         if (sum(parts.values()) <= capacity).any():
             return True

@@ -302,6 +302,11 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
         rt["flash_attention_gen"] = flash_generation(fw, year)
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
+    if re.search(r"megatron|nemo", fw) and not deepspeed and year is not None and year <= 2024:
+        # Megatron's interleaved schedule took only a multiple of PP micro-batches until its micro-batch groups
+        # (schedules.py of January 2024 warms up (v - 1)·PP chunks, NVIDIA/Megatron-LM#675; a December 2024
+        # NeMo-based PR still cites the rule, 9rum/flatflow#20)
+        rt["microbatch_groups"] = False
     if "torchtitan" in fw and not compiled(fw):
         rt["eager_elementwise"] = True          # its presets' compile = false: eager PyTorch element-wise kernels
     return rt

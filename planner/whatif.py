@@ -91,7 +91,8 @@ def suggestions(ev, limit: int = 4) -> list[str]:
         return []
     cols = {k: np.array([v[k] for _, v in variants]) for k in KNOBS}
     rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True,
-                              flash_attention=res.runtime.flash_attention)
+                              flash_attention=res.runtime.flash_attention,
+                              microbatch_groups=res.runtime.microbatch_groups)
     _, valid = constraints.first_failure(rules, len(variants))
     out = step_columns(res.model, res.hardware, res.job, cols, precision=res.precision, runtime=res.runtime)
     cap = res.capacity_bytes

@@ -402,3 +402,14 @@ def test_an_independent_transcription_of_modern_runs_predicts_like_the_bundle(bu
         assert abs(p.throughput_error - ref.throughput_error) < 0.08, (p.run.id, p.throughput_error,
                                                                         ref.throughput_error)
     assert summarize(preds)["overall"]["median"] <= 0.08
+
+
+@pytest.mark.parametrize("framework, source, groups", [
+    ("Megatron-LM", "Narayanan et al. 2021", False), ("NeMo", "NVIDIA 2024", False),
+    ("Megatron-Core", "NVIDIA 2025", None), ("Megatron-DeepSpeed", "Smith et al. 2022", None)])
+def test_megatron_runs_before_2025_have_no_micro_batch_groups(framework, source, groups):
+    """Megatron-LM's interleaved schedule took only a micro-batch count PP divides until its micro-batch groups
+    (NVIDIA/Megatron-LM#675): a Megatron or NeMo run of 2024 or before says so; a later one, or DeepSpeed's own
+    pipeline engine, leaves the field out (groups, the default)."""
+    converted, why = convert_run(_run(framework=framework, source=source, vpp=2))
+    assert why is None and converted["runtime"].get("microbatch_groups") is groups

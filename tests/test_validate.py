@@ -310,6 +310,17 @@ def _run_file_with(tmp_path, **changes):
     return path
 
 
+def test_a_run_without_micro_batch_groups_needs_a_multiple_of_pp(tmp_path):
+    """The bundled Megatron-LM runs of 2021-24 say runtime.microbatch_groups: false (their interleaved schedule took
+    only a micro-batch count PP divides): Korthikanti's 175B (PP 8, VPP 3) with 60 micro-batches is refused, and
+    predicted once the run says its stack has the groups."""
+    refused = predict(load_runs_file(_run_file_with(tmp_path, **{"model.global_batch": 60})).runs[0])
+    assert "micro-batches to be a multiple of PP" in refused.error
+    ok = predict(load_runs_file(_run_file_with(tmp_path, **{"model.global_batch": 60,
+                                                          "runtime.microbatch_groups": True})).runs[0])
+    assert ok.error is None and int(ok.evaluation.row["num_microbatches"]) == 60
+
+
 @pytest.mark.parametrize("changes, needles", [
     pytest.param({"hardware": "nope"}, ["run my_run: hardware:", "'nope'"], id="unknown-hardware"),
     pytest.param({"layout.recompute_layers": 200}, ["run my_run: layout.recompute_layers:"], id="recompute-layers"),
@@ -328,6 +339,8 @@ def _run_file_with(tmp_path, **changes):
                  id="word-sp"),
     pytest.param({"runtime.flash_attention": "on"}, ["runs.0.runtime.flash_attention", "boolean", "'on'"],
                  id="word-flash"),
+    pytest.param({"runtime.microbatch_groups": "no"}, ["runs.0.runtime.microbatch_groups", "boolean", "'no'"],
+                 id="word-groups"),
     pytest.param({"measured": {"iteration_time_s": "1.3"}}, ["runs.0.measured.iteration_time_s", "number", "'1.3'"],
                  id="quoted-time"),
     pytest.param({"layout": [1, 2] * 40}, ["runs.0.layout", "a list ([1, 2, 1, 2"], id="long-input-is-cut"),

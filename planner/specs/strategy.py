@@ -171,6 +171,10 @@ class Runtime:
                                         # all-gathers it (Megatron-LM 2021-22 --scatter-gather-tensors-in-pipeline,
                                         # Narayanan §4.1; DeepSpeed's pipeline engine partitions it too); False:
                                         # Megatron-Core sends the whole activation unless SP already splits it
+    microbatch_groups: bool = True      # interleaving takes a micro-batch count PP does not divide, the chunks taking
+                                        # turns in groups (Megatron-Core --microbatch-group-size-per-virtual-pipeline-
+                                        # stage, torch's Interleaved1F1B rounds); False: a multiple of PP (Megatron-LM
+                                        # 2021-24, whose schedule refused any other count)
     rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
                                         # of the two where some framework launches pp-dp (pp_next_launchable)
 

@@ -133,3 +133,24 @@ def test_warmup_grows_with_the_group():
     assert int(interleave_group_size(16, 24, 8)) == 24
     assert float(in_flight_layers(8, 0, 16, 24, 8)) == pytest.approx(192 * 8 / 8)
     assert np.isclose(float(in_flight_layers(8, 0, 16, 32, 8)), (2 * 15 + 7 * 16 + 1) * 8 / 8)
+
+
+def test_a_stack_without_micro_batch_groups_needs_a_multiple_of_pp():
+    """Runtime(microbatch_groups=False) prices a Megatron-LM of 2021-24, whose interleaved schedule took only a
+    micro-batch count PP divides: 405B on 12,288 GPUs, TP8 CP4 PP6 DP64 runs 32 micro-batches in groups of 8 on a
+    current stack and is refused without groups; 36 micro-batches (global batch 2,304) run on both, alike."""
+    import planner
+    from planner.errors import PlannerError
+    from planner.specs.strategy import Runtime
+
+    kw = dict(tp=8, cp=4, pp=6, dp=64, vpp=7, micro_batch=1)
+    assert int(planner.evaluate("405b", 12288, **kw).row["num_microbatches"]) == 32
+    with pytest.raises(PlannerError, match="multiple of PP"):
+        planner.evaluate("405b", 12288, runtime=Runtime(microbatch_groups=False), **kw)
+    old = planner.evaluate("405b", 12288, global_batch=2304, runtime=Runtime(microbatch_groups=False), **kw).row
+    new = planner.evaluate("405b", 12288, global_batch=2304, **kw).row
+    assert int(old["num_microbatches"]) == 36 and old["step_time_s"] == new["step_time_s"]
+    # a search without groups ranks only interleaved layouts whose micro-batches PP divides
+    table = planner.search("70b", 512, runtime=Runtime(microbatch_groups=False))
+    inter = table[table["vpp"] > 1]
+    assert len(inter) and (inter["num_microbatches"] % inter["pp"] == 0).all()
