@@ -369,21 +369,52 @@ def test_torchtitan_under_pp_says_its_fsdp_gradients_stay_unsharded():
     # against a memory limit, a layout the whole gradients push over it is one torchtitan cannot run
     need = float(ev.row["memory_gib"]) + float(ev.row["gradients_gib"]) * (shards - 1)
     assert not blockers("torchtitan", ev.row, capacity_gib=need + 0.1)
-    assert any("unsharded until the last micro-batch, which takes the layout over the memory limit" in w
+    assert any("until the last micro-batch, which takes the layout over the memory limit" in w
                for w in blockers("torchtitan", ev.row, capacity_gib=need - 0.1))
     assert not blockers("torchtitan", flat.row, capacity_gib=float(flat.row["memory_gib"]))
+
+
+def test_torchtitan_zero_3_under_pp_holds_its_weights_gathered_too():
+    """backward_maybe_with_nosync also turns FSDP's reshard-after-backward off until the last micro-batch, so under
+    ZeRO-3 a stage holds its whole weights as well as its whole gradients: (weights + gradients) x (shards - 1) more
+    than the plan's shards. ZeRO-1's gradients were planned whole: nothing more."""
+    from planner.export.torchtitan import pp_unsharded_gib
+    ev = planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=3)
+    shards = int(ev.row["dp"]) * 2
+    want = (float(ev.row["weights_gib"]) + float(ev.row["gradients_gib"])) * (shards - 1)
+    assert pp_unsharded_gib(ev.row) == pytest.approx(want) and want > 0
+    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
+    assert "gradients unsharded and its weights gathered" in text and f"about {want:,.1f} GiB more" in text
+    two = planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=2)
+    assert pp_unsharded_gib(two.row) == pytest.approx(float(two.row["gradients_gib"]) * (shards - 1))
+    assert pp_unsharded_gib({**ev.row, "zero_stage": 1}) == 0
+
+
+def test_torchtitan_refuses_edge_stages_heavier_than_one_chunk():
+    """torchtitan takes an edge stage's fewer layers off its first (or last) virtual stage only, so each weight must
+    fit in one chunk. 70B on PP 11: 80 + 2 = 82 layers do not split into 11, so the edges are explicit
+    (Megatron-Core first/last-pipeline-num-layers): nine middle stages of 8, edges of 4 each (weights 4 and 4); VPP 4
+    gives chunks of (80 + 8) / 44 = 2 layers, less than the weight 4: a blocker given the model, and the TOML
+    says so; VPP 2 (chunks of 4) is fine."""
+    ev = planner.evaluate("70b", 176, tp=1, pp=11, vpp=4, zero_stage=2, global_batch=1408)
+    assert blockers("torchtitan", ev.row) == blockers("torchtitan", ev.row, model=ev.result.model)[:-1]
+    assert "edge stage's fewer layers to fit in its one chunk" in blockers("torchtitan", ev.row,
+                                                                           model=ev.result.model)[-1]
+    assert "torchtitan refuses this split" in export("torchtitan", ev.row, ev.result.model, ev.result.job)[0]
+    ok = planner.evaluate("70b", 176, tp=1, pp=11, vpp=2, zero_stage=2, global_batch=1408)
+    assert not any("edge stage" in w for w in blockers("torchtitan", ok.row, model=ok.result.model))
 
 
 def test_torchtitan_export_picks_a_layout_whose_whole_gradients_fit():
     """405B on 12,288 H100s: the export's layout, with its gradients unsharded under PP, stays within the search's
     memory limit (before, it picked one needing about 64 GiB more than planned: 132 GiB on an 80 GB GPU)."""
-    from planner.export.torchtitan import pp_unsharded_gradients_gib
+    from planner.export.torchtitan import pp_unsharded_gib
     res = planner.run_search("405b", 12288)
     text, _ = best_supported("torchtitan", res)
     limit = res.capacity_bytes / 2**30
     best = next(r for _, r in res.table.iterrows() if not blockers("torchtitan", r, capacity_gib=limit))
-    assert float(best["memory_gib"]) + pp_unsharded_gradients_gib(best) <= limit
-    assert int(best["pp"]) > 1 and pp_unsharded_gradients_gib(best) > 0          # the check was needed
+    assert float(best["memory_gib"]) + pp_unsharded_gib(best) <= limit
+    assert int(best["pp"]) > 1 and pp_unsharded_gib(best) > 0          # the check was needed
     assert f"step {float(best['step_time_s']):.3g} s" in text
     assert tomllib.loads(text)["parallelism"]["pipeline_parallel_degree"] == int(best["pp"])
 
@@ -398,13 +429,14 @@ def test_interleaving_with_micro_batches_pp_does_not_divide():
     text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
     assert "--num-virtual-stages-per-pipeline-rank 7" in text
     assert "--microbatch-group-size-per-virtual-pipeline-stage 8" in text
+    assert "32 micro-batches, which PP 6 does not divide" in text and "older releases refuse" in text
     why = blockers("torchtitan", ev.row)
-    assert any("32 micro-batches to split into 5 equal rounds" in w and "groups of 8" in w for w in why), why
+    assert any("Interleaved1F1B needs the micro-batches to split into m // PP equal rounds" in w for w in why), why
     # p divides m: Megatron's default group (no flag) and torch's rounds both apply
     ev = _best("405b", 12288, tp=8, cp=4, pp=8, dp=48, vpp=2, micro_batch=1, global_batch=1536)
     assert int(ev.row["num_microbatches"]) == 32
     text, _ = export("megatron", ev.row, ev.result.model, ev.result.job)
-    assert "--microbatch-group-size" not in text
+    assert "--microbatch-group-size" not in text and "older releases" not in text
     assert not any("rounds" in w for w in blockers("torchtitan", ev.row))
 
 

@@ -30,22 +30,26 @@ def _check_framework(framework) -> None:
         raise PlannerError("framework", f"got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
 
 
-def blockers(framework: str, row, dtype: str = "bf16", capacity_gib: float | None = None) -> list[str]:
+def blockers(framework: str, row, dtype: str = "bf16", capacity_gib: float | None = None,
+             model: ModelSpec | None = None) -> list[str]:
     """Every reason `framework` cannot run this layout as planned (in mixed precision `dtype`); empty if it can.
     `capacity_gib`, the memory a GPU may use, also refuses a layout the framework would hold more memory for than
-    planned (torchtitan's unsharded gradients under PP)."""
+    planned (torchtitan's unsharded gradients under PP); `model` a layer split the framework cannot build
+    (torchtitan's interleaved edge stages)."""
     _check_framework(framework)
     is_fp16(dtype)                                      # refuses a dtype that is neither, for every framework
     if framework == "megatron":
         return megatron.blockers(row)
     if framework == "torchtitan":
-        return torchtitan.blockers(row, capacity_gib)
+        return torchtitan.blockers(row, capacity_gib, model)
     return deepspeed.blockers(row, dtype)
 
 
-def unsupported(framework: str, row, dtype: str = "bf16") -> str | None:
-    """Why `framework` cannot run this layout as planned (in mixed precision `dtype`), or None: its first blocker."""
-    return next(iter(blockers(framework, row, dtype)), None)
+def unsupported(framework: str, row, dtype: str = "bf16", capacity_gib: float | None = None,
+                model: ModelSpec | None = None) -> str | None:
+    """Why `framework` cannot run this layout as planned (in mixed precision `dtype`), or None: its first blocker
+    (`capacity_gib`, `model`: as blockers)."""
+    return next(iter(blockers(framework, row, dtype, capacity_gib, model)), None)
 
 
 def _blocking(found: list[list[str]]) -> str:
@@ -91,7 +95,7 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
     best, other_order, blocked = None, [], []
     capacity_gib = result.capacity_bytes / 2**30
     for _, r in table.iterrows():
-        if why := blockers(framework, r, dtype, capacity_gib):
+        if why := blockers(framework, r, dtype, capacity_gib, result.model):
             blocked.append(why)          # kept for the refusal below, which needs every row's reasons
             continue
         if rank_order(r) in launch_orders(framework, r):
@@ -117,7 +121,7 @@ def best_supported(framework: str, result) -> tuple[str, list[str]]:
         notes.insert(0, f"priced in {framework}'s rank order {best['placement']} (PP outermost)"
                         + (f": {gap:.1%} slower than the table's {overall['placement']}" if same_knobs else ""))
     if gap > 0 and not same_knobs:
-        reason = next(iter(blockers(framework, overall, dtype, capacity_gib)), None) or (
+        reason = unsupported(framework, overall, dtype, capacity_gib, result.model) or (
             f"its rank order {overall['placement']} (PP stages next to each other), which {framework} cannot launch")
         notes.insert(0, f"best layout {framework} can run; the overall best ({gap:.1%} faster) is not supported: "
                         f"{reason}")

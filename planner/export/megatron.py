@@ -96,9 +96,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
             args.append("--account-for-embedding-in-pipeline-split")
         if pp > 1 and last != mid:       # the last stage counts the loss as a layer
             args.append("--account-for-loss-in-pipeline-split")
+    group = int(interleave_group_size(pp, int(row["num_microbatches"]), v)) if v > 1 else pp
     if v > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {v}")
-        group = int(interleave_group_size(pp, int(row["num_microbatches"]), v))
         if group != pp:         # PP does not divide the micro-batches: the group size the plan priced (default PP)
             args.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     if pp > 1 and dp > 1 and rank_order(row) == "pp-dp" and "pp-dp" in launch_orders("megatron", row):
@@ -140,6 +140,10 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
               "optimizer, schedule)")
     if fp16:
         header += "\n# fp16 mixed precision with dynamic loss scaling (the default --loss-scale): this GPU has no bf16"
+    if group != pp:
+        header += (f"\n# {int(row['num_microbatches'])} micro-batches, which PP {pp} does not divide: needs a "
+                   "Megatron-Core with --microbatch-group-size-per-virtual-pipeline-stage; older releases refuse the "
+                   "interleaved schedule unless PP divides the micro-batches (pick a --global-batch that makes it so)")
     if runtime.pp_scatter_gather and whole_pp_sends(row):
         header += ("\n# the plan priced pipeline sends split over the TP ranks and all-gathered on the receiver "
                    "(pp_scatter_gather); without --sequence-parallel Megatron-Core sends each whole: expect another "

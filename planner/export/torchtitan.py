@@ -5,26 +5,44 @@ bf16."""
 
 from __future__ import annotations
 
-from planner.cost.pipeline import chunk_layers, every_nth_layers, interleave_group_size, stage_layers
+from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
 from planner.export.common import is_fp16, order_note, plan_line, priced_attention
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Runtime, shard_group
 
 
-def pp_unsharded_gradients_gib(row) -> float:
+def pp_unsharded_gib(row) -> float:
     """GiB per GPU more than planned that torchtitan holds under PP with FSDP: torch.distributed.pipelining's
     PipelineStage (backward_maybe_with_nosync) turns FSDP's gradient sync and reshard-after-backward off for every
-    micro-batch and reduces once after the last, so a stage keeps its whole gradients, not the plan's shard."""
-    if int(row["pp"]) == 1 or int(row["zero_stage"]) == 0 or "gradients_gib" not in row:
-        return 0.0
+    micro-batch and reduces once after the last, so a stage keeps its whole gradients, not the plan's shard, and
+    under ZeRO-3 its whole weights gathered too."""
+    zero = int(row["zero_stage"])
+    if int(row["pp"]) == 1 or zero < 2 or "gradients_gib" not in row:
+        return 0.0                  # ZeRO-1's gradients were planned whole already
     shards = int(shard_group(int(row["dp"]), int(row.get("cp", 1)), int(row.get("dp_replicate", 1))))
-    return float(row["gradients_gib"]) * (shards - 1)
+    held = float(row["gradients_gib"]) + (float(row["weights_gib"]) if zero >= 3 else 0.0)
+    return held * (shards - 1)
 
 
-def blockers(row, capacity_gib: float | None = None) -> list[str]:
+def edge_weights(layers: int, pp: int, vpp: int) -> tuple[int, int, int]:
+    """(first, last, per_chunk): torchtitan's pipeline_parallel_first/last_stage_less_layers that reproduce the plan's
+    split (stage_layers: the middle stages' layers minus each edge stage's) and, interleaved, its
+    pipeline_parallel_layers_per_stage, (L + first + last) / (PP x VPP)."""
+    first, mid, last = (int(x) for x in stage_layers(layers, pp))
+    first_weight, last_weight = mid - first, mid - last
+    return first_weight, last_weight, (layers + first_weight + last_weight) // (pp * vpp)
+
+
+def _edge_too_heavy(first_weight: int, last_weight: int, per_chunk: int) -> bool:
+    # generate_llm_fqn_per_model_part takes the edge weights off the first and last virtual stage only
+    return max(first_weight, last_weight) > per_chunk
+
+
+def blockers(row, capacity_gib: float | None = None, m: ModelSpec | None = None) -> list[str]:
     """Every reason torchtitan cannot run this layout as planned; empty if it can. `capacity_gib`: the memory a GPU
-    may use (the search's), against which the unsharded gradients under PP are checked."""
+    may use (the search's), against which the unsharded gradients (and ZeRO-3 weights) under PP are checked; `m`: the
+    model, whose layer split is checked against torchtitan's interleaved stage builder."""
     why = []
     zero, tp, pp = int(row["zero_stage"]), int(row["tp"]), int(row["pp"])
     if int(row.get("cp", 1)) > 1 and zero == 0:
@@ -37,17 +55,19 @@ def blockers(row, capacity_gib: float | None = None) -> list[str]:
     if tp > 1 and not row["sequence_parallel"]:
         why.append("torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds "
                    "enable_sequence_parallel)")
-    m, v = int(row["num_microbatches"]), int(row["vpp"])
-    if v > 1 and m % max(1, m // pp):
-        # torch.distributed.pipelining ScheduleInterleaved1F1B: rounds = max(1, m // pp), m % rounds == 0
-        why.append(f"torch's Interleaved1F1B needs the {m} micro-batches to split into {max(1, m // pp)} equal "
-                   f"rounds (m // PP); Megatron-Core runs them in groups of "
-                   f"{int(interleave_group_size(pp, m, v))}")
-    extra = pp_unsharded_gradients_gib(row)
+    m_count, v = int(row["num_microbatches"]), int(row["vpp"])
+    if v > 1 and m_count % max(1, m_count // pp):
+        # torch.distributed.pipelining ScheduleInterleaved1F1B: rounds = max(1, m // pp), m % rounds == 0. No
+        # numbers in the text: the refusal of a whole search groups layouts by reason.
+        why.append("torch's Interleaved1F1B needs the micro-batches to split into m // PP equal rounds (Megatron-Core "
+                   "runs any count >= PP in micro-batch groups)")
+    if m is not None and v > 1 and pp > 1 and _edge_too_heavy(*edge_weights(m.layers, pp, v)):
+        why.append("torchtitan's stage builder needs each edge stage's fewer layers to fit in its one chunk "
+                   "(input/output weight <= layers per stage); a smaller VPP does")
+    extra = pp_unsharded_gib(row)
     if capacity_gib is not None and extra and float(row["memory_gib"]) + extra > capacity_gib:
-        # no amount in the text: the refusal of a whole search groups layouts by reason
-        why.append("under PP torchtitan keeps FSDP's gradients unsharded until the last micro-batch, which takes the "
-                   "layout over the memory limit")
+        why.append("under PP torchtitan keeps FSDP's gradients unsharded (ZeRO-3: its weights gathered) until the "
+                   "last micro-batch, which takes the layout over the memory limit")
     return why
 
 
@@ -78,10 +98,11 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
         m_steps = job.global_batch // (int(row["micro_batch"]) * dp)
         if pp > 1:
-            more = pp_unsharded_gradients_gib(row)
+            more = pp_unsharded_gib(row)
             extra = f" (about {more:,.1f} GiB more per GPU than planned)" if more else ""
-            notes.append("# under PP torchtitan's stages keep FSDP's gradients unsharded (and the weights gathered) "
-                         f"until the last micro-batch, where the plan priced them sharded{extra}")
+            held = "gradients unsharded and its weights gathered" if zero >= 3 else "gradients unsharded"
+            notes.append(f"# under PP torchtitan's stages keep FSDP's {held} until the last micro-batch, where the "
+                         f"plan priced them sharded{extra}")
         elif zero in (1, 2) and m_steps > 1:
             # FSDP2's post-backward hook frees the gathered parameters (torch fully_shard docs), so every
             # micro-batch's forward gathers them again; the plan's ZeRO-1/2 gathered them once per step
@@ -115,17 +136,14 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         # embedding and loss accounting, weights 1 and 1) or (L + 1)/p (the loss alone, weights 0 and 1) when PP
         # does not divide L, else L/p (weights 0, not torchtitan's default 1); explicit edge stages of first and
         # last layers take weights mid - first and mid - last.
-        first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
-        first_weight, last_weight = mid - first, mid - last
+        first_weight, last_weight, per_chunk = edge_weights(m.layers, pp, v)
         lines += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if v > 1 else "1F1B"}"',
                   f"pipeline_parallel_microbatch_size = {int(row['micro_batch'])}",
                   f"pipeline_parallel_first_stage_less_layers = {first_weight}",
                   f"pipeline_parallel_last_stage_less_layers = {last_weight}"]
         if v > 1:       # ceil((L + first + last) / layers_per_stage) virtual stages = PP x VPP
-            per_chunk = (m.layers + first_weight + last_weight) // (pp * v)
             lines.append(f"pipeline_parallel_layers_per_stage = {per_chunk}")
-            if max(first_weight, last_weight) > per_chunk:
-                # generate_llm_fqn_per_model_part takes the weights off the first and last virtual stage only
+            if _edge_too_heavy(first_weight, last_weight, per_chunk):
                 notes.append(f"# torchtitan refuses this split: its {first_weight} and {last_weight} fewer layers "
                              f"on the edge stages must each fit in one {per_chunk}-layer chunk (input/output_weight "
                              "<= layers per stage); plan with a smaller --vpp")
