@@ -41,9 +41,15 @@ def _split_one(layers: int, pp: int) -> tuple[int, int, int, int]:
 
 
 def _splits(layers, pp):
-    """_split on scalars through a cache (the search asks per PP degree, hundreds of times), else on arrays."""
-    if np.ndim(layers) == 0 and np.ndim(pp) == 0:
-        return tuple(np.int64(x) for x in _split_one(int(layers), int(pp)))
+    """_split on scalars through a cache (the search asks per PP degree, hundreds of times); on a column of PP
+    degrees for one model, once per degree up to the largest and gathered (a search's columns hold a few dozen
+    distinct degrees in 10^5 rows); else elementwise."""
+    if np.ndim(layers) == 0:
+        if np.ndim(pp) == 0:
+            return tuple(np.int64(x) for x in _split_one(int(layers), int(pp)))
+        pp = np.asarray(pp)
+        if pp.dtype.kind in "iu" and pp.size > 64 and 0 <= pp.min() and pp.max() < pp.size:
+            return tuple(column[pp] for column in _split(layers, np.arange(pp.max() + 1)))
     return _split(np.asarray(layers), np.asarray(pp))
 
 

@@ -188,3 +188,16 @@ def test_loss_accounting_alone_lightens_only_the_last_stage():
     titan, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
     assert "pipeline_parallel_first_stage_less_layers = 0" in titan
     assert "pipeline_parallel_last_stage_less_layers = 1" in titan
+
+
+@given(st.integers(1, 200), st.lists(st.integers(0, 64), min_size=65, max_size=400))   # max < size: gathered
+def test_a_column_of_pp_degrees_splits_as_each_degree_alone(layers, degrees):
+    """The search's path (one model, a column of PP degrees: the split computed once per degree and gathered) gives
+    what each degree gives on its own."""
+    from planner.cost.pipeline import _split, _splits
+    pp = np.asarray(degrees)
+    for column, alone in zip(_splits(layers, pp), _split(np.int64(layers), pp)):
+        assert column.shape == pp.shape and (column == alone).all()
+    for i in (0, len(degrees) - 1):
+        assert split_kind(layers, degrees[i]) == split_kind(layers, pp)[i]
+        assert tuple(stage_layers(layers, degrees[i])) == tuple(x[i] for x in stage_layers(layers, pp))
