@@ -94,6 +94,12 @@ def _eager_opt():
                         "torch.compile).")
 
 
+def _microbatch_groups_opt():
+    return typer.Option(True, "--microbatch-groups/--no-microbatch-groups", help="Interleave any micro-batch count "
+                        ">= PP in groups (Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage, the "
+                        "default); --no-microbatch-groups: only multiples of PP (Megatron-LM before the groups).")
+
+
 def _pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
                         "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
@@ -142,6 +148,7 @@ def plan(
     cp_comm: str = _cp_comm_opt(),
     eager_elementwise: bool = _eager_opt(),
     pp_scatter_gather: bool = _pp_scatter_gather_opt(),
+    microbatch_groups: bool = _microbatch_groups_opt(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -196,7 +203,7 @@ def plan(
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel,
-                            eager_elementwise, pp_scatter_gather)
+                            eager_elementwise, pp_scatter_gather, microbatch_groups)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
@@ -332,6 +339,7 @@ def sweep_cmd(
     cp_comm: str = _cp_comm_opt(),
     eager_elementwise: bool = _eager_opt(),
     pp_scatter_gather: bool = _pp_scatter_gather_opt(),
+    microbatch_groups: bool = _microbatch_groups_opt(),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -346,7 +354,7 @@ def sweep_cmd(
     if sequence_parallel is not None:
         pins["sequence_parallel"] = sequence_parallel
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins.get("tp"), pins.get("cp"),
-                            False, sequence_parallel, eager_elementwise, pp_scatter_gather)
+                            False, sequence_parallel, eager_elementwise, pp_scatter_gather, microbatch_groups)
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute

@@ -154,3 +154,24 @@ def test_a_stack_without_micro_batch_groups_needs_a_multiple_of_pp():
     table = planner.search("70b", 512, runtime=Runtime(microbatch_groups=False))
     inter = table[table["vpp"] > 1]
     assert len(inter) and (inter["num_microbatches"] % inter["pp"] == 0).all()
+
+
+def test_the_cli_plans_a_stack_without_micro_batch_groups():
+    """--no-microbatch-groups is Runtime(microbatch_groups=False) on the command line: the pinned 32-micro-batch
+    layout is refused with the rule, and a search ranks only interleaved layouts whose micro-batches PP divides."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    pinned = ["-m", "405b", "-g", "12288", "--tp", "8", "--cp", "4", "--pp", "6", "--dp", "64", "--vpp", "7",
+              "--micro-batch", "1"]
+    assert runner.invoke(app, pinned).exit_code == 0
+    out = runner.invoke(app, pinned + ["--no-microbatch-groups"])
+    assert out.exit_code == 2 and "multiple of PP (this stack has no micro-batch groups)" in out.output
+    out = runner.invoke(app, ["-m", "70b", "-g", "512", "--no-microbatch-groups", "--format", "json", "--top", "50"])
+    rows = json.loads(out.stdout)["configs"]
+    inter = [r for r in rows if r["vpp"] > 1]
+    assert out.exit_code == 0 and inter and all(r["num_microbatches"] % r["pp"] == 0 for r in inter)
