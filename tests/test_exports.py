@@ -472,3 +472,15 @@ def test_deepspeed_notes_how_its_gradient_traffic_differs_from_the_plan(zero, sa
     assert sum(says in n for n in notes) == 1
     other = "reduces gradients in bf16" if zero == 1 else "BF16_Optimizer all-reduces"
     assert not any(other in n for n in notes)
+
+
+def test_deepspeed_says_how_to_place_the_planned_stage_split():
+    """405B's 126 layers on PP 16: the plan's 7/8/7; DeepSpeed's block-balanced partition keeps at most
+    ceil(126/16) = 8 per stage, the plan's middle stages."""
+    ev = _best("405b", 512, tp=8, pp=16, dp=4, zero_stage=1, vpp=1)
+    _, notes = export("deepspeed", ev.row, ev.result.model, ev.result.job)
+    split = [n for n in notes if n.startswith("stage split")]
+    assert len(split) == 1 and "7, 8 and 7 layers" in split[0] and "at most 8 per stage" in split[0]
+    flat = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=1)
+    assert not any(n.startswith("stage split") for n in export("deepspeed", flat.row, flat.result.model,
+                                                                flat.result.job)[1])

@@ -4,6 +4,7 @@ fp16 (a GPU without bf16) is its `fp16` block with `"loss_scale": 0`, dynamic lo
 
 from __future__ import annotations
 
+from planner.cost.pipeline import stage_layers
 from planner.export.common import (
     is_fp16,
     op_recompute_blocker,
@@ -88,6 +89,13 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     if pp > 1:
         notes.append(f"pipeline parallelism: deepspeed.pipe.PipelineModule(num_stages={pp}); DeepSpeed's engine runs "
                      "1F1B only" + (" (the plan's interleaving is not available)" if int(row["vpp"]) > 1 else ""))
+        first, mid, last = (int(x) for x in stage_layers(m.layers, pp))
+        # ds_utils.partition_balanced over 0/1 weights: no part above ceil(L/p) blocks, which is the plan's middle
+        # stage (stage_layers); the default 'parameters' weighs the embedding and output matrices too
+        notes.append(f"stage split: the plan puts {first}, {mid} and {last} layers on the first, middle and last "
+                     "stages; PipelineModule(partition_method='type:<your transformer block class>') balances the "
+                     f"blocks alone, at most {mid} per stage as planned, though its lighter stages may sit elsewhere "
+                     "(the default 'parameters' also weighs the embedding and output matrices)")
         if zero >= 2:
             notes.append("DeepSpeed does not support ZeRO-2/3 with pipeline parallelism: use stage 1")
         if not runtime.pp_scatter_gather and whole_pp_sends(row):

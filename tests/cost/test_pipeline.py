@@ -201,3 +201,13 @@ def test_a_column_of_pp_degrees_splits_as_each_degree_alone(layers, degrees):
     for i in (0, len(degrees) - 1):
         assert split_kind(layers, degrees[i]) == split_kind(layers, pp)[i]
         assert tuple(stage_layers(layers, degrees[i])) == tuple(x[i] for x in stage_layers(layers, pp))
+
+
+@given(st.integers(2, 400), st.integers(2, 128))
+def test_the_middle_stage_holds_ceil_l_over_p_layers(layers, pp):
+    """No split of L layers over p stages can keep every stage under ceil(L/p); every split the planner takes has
+    its middle (largest) stages at exactly that, so the bottleneck is the best any framework's balancer reaches."""
+    if not stage_split_valid(layers, pp):
+        return
+    first, mid, last = (int(x) for x in stage_layers(layers, pp))
+    assert mid == -(-layers // pp) and max(first, last) <= mid
