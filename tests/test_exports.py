@@ -484,3 +484,15 @@ def test_deepspeed_says_how_to_place_the_planned_stage_split():
     flat = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=1)
     assert not any(n.startswith("stage split") for n in export("deepspeed", flat.row, flat.result.model,
                                                                 flat.result.job)[1])
+
+
+def test_torchtitan_needs_as_many_micro_batches_as_stages():
+    """torch.distributed.pipelining's single-stage schedules (1F1B, GPipe) raise on fewer micro-batches than stages;
+    Megatron's 1F1B runs them (its warm-up is min(m, p - r - 1) forwards). 405B on PP 16 with 8 micro-batches: the
+    Megatron export writes it, torchtitan refuses it; with 16 it is fine."""
+    few = _best("405b", 2048, tp=8, pp=16, dp=16, vpp=1, micro_batch=1, global_batch=128)
+    assert int(few.row["num_microbatches"]) == 8
+    assert "--pipeline-model-parallel-size 16" in export("megatron", few.row, few.result.model, few.result.job)[0]
+    assert any("at least as many micro-batches as pipeline stages" in w for w in blockers("torchtitan", few.row))
+    enough = _best("405b", 2048, tp=8, pp=16, dp=16, vpp=1, micro_batch=1, global_batch=256)
+    assert not any("micro-batches as pipeline stages" in w for w in blockers("torchtitan", enough.row))

@@ -56,6 +56,10 @@ def blockers(row, capacity_gib: float | None = None, m: ModelSpec | None = None)
         why.append("torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds "
                    "enable_sequence_parallel)")
     m_count, v = int(row["num_microbatches"]), int(row["vpp"])
+    if pp > 1 and m_count < pp:
+        # torch.distributed.pipelining PipelineScheduleSingle (1F1B, GPipe) raises on n_microbatches < num_stages;
+        # Megatron runs the 1F1B warm-up with fewer
+        why.append("torch's pipeline schedules need at least as many micro-batches as pipeline stages")
     if v > 1 and m_count % max(1, m_count // pp):
         # torch.distributed.pipelining ScheduleInterleaved1F1B: rounds = max(1, m // pp), m % rounds == 0. No
         # numbers in the text: the refusal of a whole search groups layouts by reason.
