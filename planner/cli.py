@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from planner import options
 from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
                            int_pins, network_flags, on_network, output_format, parse_count, reject_unused,
@@ -50,62 +51,6 @@ def handle_errors(fn):
     return wrapper
 
 
-# Options `plan` and `plan sweep` share, defined once (a fresh OptionInfo for each command).
-def _vpp_opt():
-    return typer.Option(None, "--vpp", help="Pin virtual pipeline stages per rank.")
-
-
-def _recompute_layers_opt():
-    return typer.Option(None, "--recompute-layers", help="Full recompute of only the first N layers of each pipeline "
-                        "chunk (Megatron block method).")
-
-
-def _sequence_parallel_opt():
-    return typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism on or off.")
-
-
-def _cross_node_tp_opt():
-    return typer.Option(False, "--allow-cross-node-tp", help="Let TP span nodes.")
-
-
-def _tp_comm_overlap_opt():
-    return typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
-                        help="Hide TP collectives behind GEMMs (Megatron --tp-comm-overlap).")
-
-
-def _flash_attention_opt():
-    return typer.Option(None, "--flash-attention/--no-flash-attention", help="FlashAttention kernels (no s x s "
-                        "scores in memory); default: the hardware's (none on V100).")
-
-
-def _flash_gen_opt():
-    return typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 (default: FlashAttention-2, "
-                        "cuDNN fused attention) or 1 (FlashAttention-1, its Triton port: half the rate).")
-
-
-def _cp_comm_opt():
-    return typer.Option("ring", "--cp-comm", help="CP's K/V exchange: ring (Megatron-Core, overlapped with "
-                        "attention) or allgather (Llama 3, torchtitan: exposed).")
-
-
-def _eager_opt():
-    return typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as eager PyTorch "
-                        "kernels (torchtitan without torch.compile); default: fused (Megatron/Transformer Engine, "
-                        "torch.compile).")
-
-
-def _microbatch_groups_opt():
-    return typer.Option(True, "--microbatch-groups/--no-microbatch-groups", help="Interleave any micro-batch count "
-                        ">= PP in groups (Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage, the "
-                        "default); --no-microbatch-groups: only multiples of PP (Megatron-LM before the groups).")
-
-
-def _pp_scatter_gather_opt():
-    return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
-                        "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
-                        "default: whole sends, as Megatron-Core.")
-
-
 @app.callback(invoke_without_command=True)
 @handle_errors
 def plan(
@@ -131,24 +76,24 @@ def plan(
     pp: Optional[str] = typer.Option(None, "--pp", help="Pin pipeline-parallel degree."),
     dp: Optional[str] = typer.Option(None, "--dp", help="Pin data-parallel degree."),
     micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Pin micro-batch size (sequences)."),
-    vpp: Optional[str] = _vpp_opt(),
+    vpp: Optional[str] = options.vpp_opt(),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective, full, or op "
                                             "(torchtitan's per-op policy; tried only when pinned)."),
-    recompute_layers: Optional[str] = _recompute_layers_opt(),
+    recompute_layers: Optional[str] = options.recompute_layers_opt(),
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin optimizer sharding: ZeRO stage 0-3."),
     dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding (HSDP): ZeRO "
                                                "shards within DP x CP / N ranks, replicated N times (1: over all)."),
-    sequence_parallel: Optional[bool] = _sequence_parallel_opt(),
+    sequence_parallel: Optional[bool] = options.sequence_parallel_opt(),
     headroom_gib: Optional[str] = typer.Option(None, "--headroom-gib", help="HBM kept free for fragmentation, GiB "
                                                  "(default: 7% of the GPU's HBM)."),
-    allow_cross_node_tp: bool = _cross_node_tp_opt(),
-    tp_comm_overlap: bool = _tp_comm_overlap_opt(),
-    flash_attention: Optional[bool] = _flash_attention_opt(),
-    flash_gen: Optional[str] = _flash_gen_opt(),
-    cp_comm: str = _cp_comm_opt(),
-    eager_elementwise: bool = _eager_opt(),
-    pp_scatter_gather: bool = _pp_scatter_gather_opt(),
-    microbatch_groups: bool = _microbatch_groups_opt(),
+    allow_cross_node_tp: bool = options.cross_node_tp_opt(),
+    tp_comm_overlap: bool = options.tp_comm_overlap_opt(),
+    flash_attention: Optional[bool] = options.flash_attention_opt(),
+    flash_gen: Optional[str] = options.flash_gen_opt(),
+    cp_comm: str = options.cp_comm_opt(),
+    eager_elementwise: bool = options.eager_opt(),
+    pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
+    microbatch_groups: bool = options.microbatch_groups_opt(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -329,17 +274,17 @@ def sweep_cmd(
     zero: Optional[str] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
     dp_replicate: Optional[str] = typer.Option(None, "--dp-replicate", help="Pin hybrid sharding: N copies of the "
                                                "ZeRO shard groups at every count (1: sharded over all ranks)."),
-    vpp: Optional[str] = _vpp_opt(),
-    recompute_layers: Optional[str] = _recompute_layers_opt(),
-    sequence_parallel: Optional[bool] = _sequence_parallel_opt(),
-    allow_cross_node_tp: bool = _cross_node_tp_opt(),
-    tp_comm_overlap: bool = _tp_comm_overlap_opt(),
-    flash_attention: Optional[bool] = _flash_attention_opt(),
-    flash_gen: Optional[str] = _flash_gen_opt(),
-    cp_comm: str = _cp_comm_opt(),
-    eager_elementwise: bool = _eager_opt(),
-    pp_scatter_gather: bool = _pp_scatter_gather_opt(),
-    microbatch_groups: bool = _microbatch_groups_opt(),
+    vpp: Optional[str] = options.vpp_opt(),
+    recompute_layers: Optional[str] = options.recompute_layers_opt(),
+    sequence_parallel: Optional[bool] = options.sequence_parallel_opt(),
+    allow_cross_node_tp: bool = options.cross_node_tp_opt(),
+    tp_comm_overlap: bool = options.tp_comm_overlap_opt(),
+    flash_attention: Optional[bool] = options.flash_attention_opt(),
+    flash_gen: Optional[str] = options.flash_gen_opt(),
+    cp_comm: str = options.cp_comm_opt(),
+    eager_elementwise: bool = options.eager_opt(),
+    pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
+    microbatch_groups: bool = options.microbatch_groups_opt(),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -385,42 +330,18 @@ def sweep_cmd(
 @handle_errors
 def models_cmd():
     """List the built-in model presets."""
-    from rich.table import Table
+    from planner import report
 
-    from planner.cost.params import total_params
-    from planner.specs.model import list_models
-
-    t = Table(header_style="bold")
-    for col in ("name", "aliases", "params", "layers", "hidden", "FFN", "heads", "KV", "vocab", "seq", "batch"):
-        t.add_column(col, justify="left" if col in ("name", "aliases") else "right")
-    for mf in sorted(list_models(), key=lambda f: total_params(f.to_spec())):
-        s = mf.to_spec()
-        t.add_row(s.name, ", ".join(mf.aliases), f"{total_params(s) / 1e9:.2f}B", str(s.layers), str(s.hidden),
-                  str(s.ffn_hidden), str(s.heads), str(s.kv_heads), str(s.vocab), str(s.seq_len),
-                  f"{s.global_batch_tokens // s.seq_len}")
-    _out().print(t)
+    _out().print(report.models_table())
 
 
 @app.command("hardware")
 @handle_errors
 def hardware_cmd():
     """List the built-in hardware profiles."""
-    from rich.table import Table
+    from planner import report
 
-    from planner.specs.hardware import hardware_aliases, list_hardware
-
-    aliases = hardware_aliases()
-    t = Table(header_style="bold")
-    for col in ("name", "aliases", "description", "16-bit TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s",
-                "NIC GB/s", "$/GPU-h"):
-        t.add_column(col, justify="left" if col in ("name", "aliases", "description") else "right")
-    for h in list_hardware():
-        price = f"{h.price_usd_per_gpu_hour:.2f} {h.price_provider}" if h.price_usd_per_gpu_hour else "n/a"
-        t.add_row(h.name, ", ".join(aliases.get(h.name, [])), h.description,
-                  f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
-                  f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
-                  f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)
-    _out().print(t)
+    _out().print(report.hardware_table())
 
 
 @app.command("validate")
@@ -440,23 +361,11 @@ def validate_cmd(
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
 
     from planner import report, validation_report
-    from planner.runs_file import load_runs_file
-    from planner.validate import predict_all, select_runs, summarize
+    from planner.validate import predict_file, summarize
 
     fmt = output_format(fmt, output)
     check_paths(output)
-    runs = load_runs_file(runs_file)
-    preds = predict_all(select_runs(runs.runs, hardware, group))
-    failed = [p for p in preds if p.error is not None]
-    # runs a shared-format file could not express say nothing about a selection (their hardware may be unknown)
-    skipped = dict(runs.skipped) if hardware is None and group is None else {}
-    if failed and not runs.shared_format:   # a run the planner cannot express is an error in the runs file
-        raise PlannerError(f"run {failed[0].run.id}", failed[0].error)
-    skipped.update({p.run.id: p.error for p in failed})     # shared-dataset files: listed with the reason
-    preds = [p for p in preds if p.error is None]
-    if not preds:
-        example = "; e.g. " + ": ".join(next(iter(skipped.items()))) if skipped else ""
-        raise PlannerError("runs file", f"none of its runs can be predicted{example}")
+    preds, skipped = predict_file(runs_file, hardware, group)
     stats = summarize(preds)
     if fmt is Format.json:
         _emit(report.json_text(validation_report.validation_document(preds, stats, skipped)), output)

@@ -337,3 +337,36 @@ def frame_records(df) -> list[dict]:
                    if k in ("gpus", "hardware", "status", "reason") or plain(v) is not None}
         records.append(rec)
     return records
+
+
+def models_table() -> Table:
+    """`plan models`: the built-in model presets, smallest first."""
+    from planner.specs.model import list_models
+
+    t = Table(header_style="bold")
+    for col in ("name", "aliases", "params", "layers", "hidden", "FFN", "heads", "KV", "vocab", "seq", "batch"):
+        t.add_column(col, justify="left" if col in ("name", "aliases") else "right")
+    for mf in sorted(list_models(), key=lambda f: total_params(f.to_spec())):
+        s = mf.to_spec()
+        t.add_row(s.name, ", ".join(mf.aliases), f"{total_params(s) / 1e9:.2f}B", str(s.layers), str(s.hidden),
+                  str(s.ffn_hidden), str(s.heads), str(s.kv_heads), str(s.vocab), str(s.seq_len),
+                  f"{s.global_batch_tokens // s.seq_len}")
+    return t
+
+
+def hardware_table() -> Table:
+    """`plan hardware`: the built-in hardware profiles with their headline figures (GB = 1e9 bytes, GiB = 2^30)."""
+    from planner.specs.hardware import hardware_aliases, list_hardware
+
+    aliases = hardware_aliases()
+    t = Table(header_style="bold")
+    for col in ("name", "aliases", "description", "16-bit TFLOP/s", "HBM GiB", "HBM TB/s", "GPUs/node", "node GB/s",
+                "NIC GB/s", "$/GPU-h"):
+        t.add_column(col, justify="left" if col in ("name", "aliases", "description") else "right")
+    for h in list_hardware():
+        price = f"{h.price_usd_per_gpu_hour:.2f} {h.price_provider}" if h.price_usd_per_gpu_hour else "n/a"
+        t.add_row(h.name, ", ".join(aliases.get(h.name, [])), h.description,
+                  f"{h.peak_flops / 1e12:.0f} {h.mixed_precision}", f"{h.hbm_bytes / 2**30:.1f}",
+                  f"{h.hbm_bw_bytes_per_s / 1e12:.2f}", str(h.gpus_per_node), f"{h.intra_bw_bytes_per_s / 1e9:.0f}",
+                  f"{h.inter_bw_bytes_per_s / 1e9:.1f}", price)
+    return t

@@ -177,6 +177,26 @@ def select_runs(runs: list[ValidationRun], hardware: str | None = None, group: s
     return chosen
 
 
+def predict_file(path: str | None = None, hardware: str | None = None, group: str | None = None
+                 ) -> tuple[list[Prediction], dict[str, str]]:
+    """`plan validate`: the predictions for a runs file (None: the bundled runs), filtered as select_runs, and the
+    runs left out with the reason. A run of the bundled format that cannot be predicted is an error in the file; a
+    shared-format file's are listed with the reason instead, and so are the runs its conversion could not express
+    (only for the whole file: their hardware may be unknown, so they say nothing about a selection)."""
+    runs = load_runs_file(path)
+    preds = predict_all(select_runs(runs.runs, hardware, group))
+    failed = [p for p in preds if p.error is not None]
+    skipped = dict(runs.skipped) if hardware is None and group is None else {}
+    if failed and not runs.shared_format:
+        raise PlannerError(f"run {failed[0].run.id}", failed[0].error)
+    skipped.update({p.run.id: p.error for p in failed})
+    preds = [p for p in preds if p.error is None]
+    if not preds:
+        example = "; e.g. " + ": ".join(next(iter(skipped.items()))) if skipped else ""
+        raise PlannerError("runs file", f"none of its runs can be predicted{example}")
+    return preds, skipped
+
+
 def _stats(errors: list[float]) -> dict:
     a = np.asarray(errors, dtype=float)
     if a.size == 0:

@@ -18,7 +18,7 @@ LAYERS = [
      "runs_file", "validate"},
     {"report", "validation_report", "export", "export.common", "export.megatron", "export.torchtitan",
      "export.deepspeed", "plot"},                                                       # what a user reads
-    {"flags", "cli", "__main__", ""},                                                   # the edge ("" = planner/__init__)
+    {"flags", "options", "cli", "__main__", ""},                                                  # the edge ("" = planner/__init__)
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
