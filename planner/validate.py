@@ -35,7 +35,7 @@ def _bundled_fit_ids() -> frozenset[str]:
 
 def predict_layer_ms(lt: LayerTime, hardware=None) -> tuple[float, float]:
     """Predicted (forward, backward) milliseconds of one layer, exposed TP communication included."""
-    from planner.cost.step import layer_times
+    from planner.cost.layer import layer_times
     from planner.specs.model import load_model
     from planner.specs.strategy import Job, recompute_code
 

@@ -6,7 +6,8 @@ import pytest
 
 import planner
 from planner import PlannerError, Runtime
-from planner.cost.step import cp_layer_times, layer_times, step_columns
+from planner.cost.layer import cp_layer_times, layer_times
+from planner.cost.step import step_columns
 from planner.specs.strategy import Job
 
 M8, H100 = planner.load_model("8b"), planner.load_hardware("h100-sxm")

@@ -99,7 +99,7 @@ def test_recompute_time_is_the_three_unsaved_matmuls_and_the_elementwise_kernels
 def test_op_repeats_half_the_forward_tp_collectives():
     """With TP + SP the forward moves two all-gathers and two reduce-scatters; the per-op policy keeps the
     reduce-scatter outputs and repeats the all-gathers in the backward."""
-    from planner.cost.step import layer_times
+    from planner.cost.layer import layer_times
     from planner.specs.strategy import Runtime
     m, hw, job = load_model("llama-3.1-70b"), load_hardware("h100-sxm"), Job(gpus=8, seq_len=8192, global_batch=8)
     cols = {"tp": np.array([8, 8]), "micro_batch": np.array([1, 1]), "sp": np.array([True, True]),

@@ -153,7 +153,8 @@ def test_edge_stage_memory_and_time_use_their_own_share():
     middle share is 1/2, and with the large logits it paces the step."""
     from planner.cost.compute import logits_time_s
     from planner.cost.pipeline import in_flight_layers
-    from planner.cost.step import layer_times, step_columns
+    from planner.cost.layer import layer_times
+    from planner.cost.step import step_columns
     from planner.specs.strategy import Runtime
     m = load_model("llama-3.1-405b")
     parts, stage = memory.memory_breakdown(m, 8192, 8, 4, 16, 1, 32, 1, True, 2, 1, Precision(), recompute_layers=8)

@@ -22,14 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import comm, compute, flops, memory
-from planner.cost.params import kv_dim_per_rank
+from planner.cost.layer import attention_times, cp_layer_times, exposed, in_sequence, layer_times, world
 from planner.cost.pipeline import (block_recompute_share, interleave_group_size, last_group_size,
                                    layers_per_stage, model_recompute_share, stage_layers)
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import (DEFAULT_FLASH_GENERATION, KNOB_COLUMNS, Job, Precision, Runtime,
-                                     pp_next_launchable, recompute_codes, shard_group)
+from planner.specs.strategy import (KNOB_COLUMNS, Job, Precision, Runtime, pp_next_launchable, recompute_codes,
+                                     shard_group)
 
 TIME_PARTS = ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 KNOBS = tuple(KNOB_COLUMNS.values())      # one candidate column per layout knob
@@ -71,121 +71,6 @@ def optimizer_traffic_bytes_per_param(precision: Precision) -> float:
     master (read 4, write param bytes)."""
     to_fp32 = precision.grad_bytes + 4 if precision.grad_bytes < 4 else 0
     return to_fp32 + 4 + 28 + 4 + precision.param_bytes
-
-
-def _world(c: dict):
-    """The job's ranks, t·cp·p·d, where the columns hold them all (to place groups on ragged nodes); else None."""
-    if not all(k in c for k in ("tp", "pp", "dp")):
-        return None
-    return np.asarray(c["tp"]) * np.asarray(c.get("cp", 1)) * np.asarray(c["pp"]) * np.asarray(c["dp"])
-
-
-def _exposed(comm_s, window_s, slowdown):
-    """Communication left on the critical path when it overlaps `window_s` of compute: the part that does not fit in
-    the window, plus a share `slowdown` of the overlapped part, since collectives take SMs and HBM bandwidth from
-    the concurrent kernels (Calculon's processor_usage, Isaev et al. SC'23)."""
-    hidden = np.minimum(comm_s, window_s)
-    return comm_s - hidden * (1.0 - slowdown)
-
-
-def _in_sequence(*collectives):
-    """(time, overlap slowdown) of collectives run one after another on one stream, each given as (time, slowdown):
-    the times add, the slowdowns are weighted by time."""
-    total = sum(t for t, _ in collectives)
-    return total, sum(t * u for t, u in collectives) / np.maximum(total, 1e-300)
-
-
-def attention_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2):
-    """(forward, backward) time of one layer's attention core per micro-batch on one rank (with CP, its 1/cp)."""
-    rt = rt.for_hardware(hw)                            # FlashAttention unless the hardware has no fused kernels
-    s, b, t, cp = job.seq_len, c["micro_batch"], c["tp"], np.asarray(c.get("cp", 1))
-    gen = rt.flash_attention_gen or DEFAULT_FLASH_GENERATION     # None only with unfused attention (unused)
-    return (compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, cp=cp, flash_gen=gen),
-            compute.attention_core_time_s(m, s, b, t, rt.flash_attention, hw, e, backward=True, cp=cp, flash_gen=gen))
-
-
-def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2, attention=None):
-    """Per layer per micro-batch: (forward, backward incl. recompute) kernel time and (forward, backward) exposed TP
-    communication, in seconds. `c` needs the columns tp, micro_batch, sp, recompute (and cp, default 1);
-    `attention` is `attention_times(...)` when the caller has it already.
-
-    Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
-    attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
-    rt = rt.for_hardware(hw)
-    s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], recompute_codes(c["recompute"])
-    cp = np.asarray(c.get("cp", 1))
-    s_rank = s / cp
-    gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
-    attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
-    eager = rt.eager_elementwise
-    elem = compute.elementwise_time_s(compute.layer_elementwise_bytes(m, s_rank, b, t, sp, e, eager), hw)
-    ring_steps = cp if rt.cp_comm_overlap else 1        # the all-gather variant runs one attention kernel
-    launch = compute.layer_kernel_count(m, rt.flash_attention, ring_steps, eager) * hw.kernel_overhead_s
-    fwd = gemm + attn + elem + launch
-    # Backward: dgrad + wgrad GEMMs, the attention backward, element-wise gradients that read the saved input and
-    # the incoming gradient and write one (3 tensors where the forward moves 2: 1.5x traffic), about twice the kernels.
-    bwd = 2 * gemm + attn_bwd + 1.5 * elem + 2 * launch
-    f = np.asarray(c.get("rc_frac", 1.0))              # full recompute of this share of the layers
-    op = compute.op_recompute_time_s(m, s_rank, b, t, hw, e, elem, eager) if np.any(rc == 3) else 0.0  # pinned only
-    recompute = np.where(rc == 2, f * fwd, np.where(rc == 1, attn, np.where(rc == 3, op, 0.0)))
-
-    # TP, per layer (Megatron 2019; Korthikanti §4.2): forward two all-reduces of the b·s·h activation, or with SP
-    # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
-    # rebuild the column-parallel layers' inputs for their weight gradients. Full recompute repeats the forward
-    # collectives; torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
-    act_bytes = e * s_rank * b * m.hidden
-    tp_group = comm.span(t, 1, hw, world=_world(c))
-    ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
-    ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
-    sp = np.asarray(sp, dtype=bool)
-    tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
-    # Backward, by the layer each collective serves. The column-parallel layers (QKV, MLP-in) all-reduce their
-    # input gradient, or with SP reduce-scatter it and first all-gather their input again: Megatron's async
-    # backward (LinearWithGradAccumulationAndAsyncCommunication) overlaps the all-gather with the data-gradient
-    # GEMM and the reduction with the weight-gradient GEMM of that layer (Korthikanti §4.2.2), so their window is
-    # those two GEMMs of the column-parallel layers (one of them without SP). With SP the row-parallel layers'
-    # output gradient is all-gathered before their data-gradient GEMM can start (the backward of the forward's
-    # reduce-scatter, _ReduceScatterToSequenceParallelRegion: a plain synchronous all-gather): exposed.
-    # --tp-comm-overlap (TE userbuffers) hides every backward collective behind the backward GEMMs.
-    hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
-    column = compute.column_parallel_gemm_time_s(m, s_rank, b, t, hw, e)
-    tp_b_async = np.where(sp, 2 * ag_pair, ar_pair)
-    tp_b_sync = np.where(sp, ag_pair, 0.0)
-    async_window = np.where(rt.tp_bwd_overlap, column * (1 + sp), 0.0)
-    u = np.where(sp, comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2),      # NVLink unless
-                 comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2, rounds=2))  # --allow-cross-node-tp
-    tp_fwd = np.where(hide, _exposed(tp_f, gemm, u), tp_f)
-    tp_b = np.where(hide, _exposed(tp_b_async + tp_b_sync, 2 * gemm, u),
-                    tp_b_sync + _exposed(tp_b_async, async_window, u))
-    tp_bwd = tp_b + np.where(rc == 2, f * tp_fwd, np.where(rc == 3, 0.5 * tp_fwd, 0.0))
-    return fwd, bwd + recompute, tp_fwd, tp_bwd
-
-
-def cp_layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, e: int = 2, attention=None):
-    """Exposed context-parallel communication per layer per micro-batch, (forward, backward incl. recompute), s.
-
-    Megatron-Core CP (docs, context_parallel.rst): attention needs the K and V of the whole sequence, so the forward
-    all-gathers them over the cp ranks and the backward gathers them again and reduce-scatters their gradients,
-    each moving the b·s·kv_dim/t K and V of this rank's heads (GQA keeps it small). Megatron-Core runs them as a
-    ring of point-to-point steps (comm.ring_exchange_time_s) overlapped with the attention kernels (Ring Attention),
-    so only what exceeds the attention time (and the overlap slowdown) is exposed. Llama 3 all-gathers K and V with
-    a collective before attention (§3.3.2: on the critical path, small with GQA): Runtime.cp_comm_overlap = False.
-    Recomputing attention (selective or full) repeats the forward exchange; the per-op policy saves attention's output.
-    """
-    s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], recompute_codes(c["recompute"])
-    cp = np.asarray(c.get("cp", 1))
-    kv_bytes = 2.0 * e * b * s * kv_dim_per_rank(m, t)
-    group = comm.span(cp, t, hw, world=_world(c))
-    hide = rt.cp_comm_overlap
-    exchange = (comm.ring_exchange_time_s(kv_bytes, cp, t, hw, _world(c)) if hide
-                else comm.all_gather_time_s(kv_bytes, cp, t, hw, span=group))
-    attn, attn_bwd = attention if attention is not None else attention_times(m, hw, job, c, rt, e)
-    u = comm.overlap_slowdown(group, hw, kv_bytes, ring=hide, size=cp)
-    cp_fwd = _exposed(exchange, attn, u) if hide else exchange
-    f = np.where(rc == 2, np.asarray(c.get("rc_frac", 1.0)), 1.0)
-    again = (rc == 1) | (rc == 2)                      # attention recomputed: the exchange repeats
-    cp_bwd = (_exposed(2 * exchange, attn_bwd, u) if hide else 2 * exchange) + np.where(again, f * cp_fwd, 0.0)
-    return np.where(cp > 1, cp_fwd, 0.0), np.where(cp > 1, cp_bwd, 0.0)
 
 
 def num_microbatches(job: Job, micro_batch, dp):
@@ -339,7 +224,7 @@ def _pp_send_parts(m, hw, job, c, rt, precision):
     regather = 0.0
     if rt.pp_scatter_gather:                    # off by default: the search's usual path skips the all-gather
         regather = np.where(~sp & (t > 1), comm.all_gather_time_s(
-            stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=_world(c))), 0.0)
+            stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=world(c))), 0.0)
     return stage_out_bytes / split, regather
 
 
@@ -373,9 +258,9 @@ def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, 
     r = c.get("dp_replicate", 1)
     replicas = shard_group(d, cp, r)
     shard_d = replicas // cp                          # its DP ranks
-    group = comm.nested_span(cp, t, shard_d, dp_stride, hw, rt.hierarchical_collectives, _world(c))
+    group = comm.nested_span(cp, t, shard_d, dp_stride, hw, rt.hierarchical_collectives, world(c))
     rep_stride = dp_stride * shard_d
-    rep_group = comm.span(r, rep_stride, hw, rt.hierarchical_collectives, _world(c))
+    rep_group = comm.span(r, rep_stride, hw, rt.hierarchical_collectives, world(c))
     # Each collective with the share of its time that still slows overlapped compute (comm.overlap_slowdown).
     rs, u_rs = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 1, group)
     ag, u_ag = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, buckets, 1, group)
@@ -385,7 +270,7 @@ def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, 
     ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
     rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
     rep3, u_rep3 = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, units, 2, rep_group)
-    rs_rep, u_rs_rep = _in_sequence((rs, u_rs), (rep, u_rep))        # a gradient reduction of ZeRO-1 and -2
+    rs_rep, u_rs_rep = in_sequence((rs, u_rs), (rep, u_rep))        # a gradient reduction of ZeRO-1 and -2
     # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
     # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
     # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
@@ -404,22 +289,22 @@ def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, 
                            stage_fwd * np.where(interleaved, (v - 1) * first_group / v, 1.0), 0.0)
     # A collective across nodes moves part of its bytes on NVLink, which slow overlapped compute like any in-node
     # collective's, and the rest on the network: each link's bytes bring their own slowdown (no scaling past 100%).
-    gather = np.maximum(_exposed(ag, hide_params, u_ag), ag / edge)
-    plain = np.maximum(_exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
-    reduce = np.maximum(_exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)
+    gather = np.maximum(exposed(ag, hide_params, u_ag), ag / edge)
+    plain = np.maximum(exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
+    reduce = np.maximum(exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)
     zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
     # gather and the last reduce-scatter. Under HSDP each reduce-scatter is followed by the all-reduce of the shard
     # across the groups, every micro-batch (FSDP2's default, which torchtitan keeps: no set_requires_all_reduce).
-    reduce_each = np.maximum(_exposed(rs_rep, stage_mb, u_rs_rep), rs_rep / buckets)
+    reduce_each = np.maximum(exposed(rs_rep, stage_mb, u_rs_rep), rs_rep / buckets)
     zero2 = (num_mb - 1) * reduce_each + reduce + gather
     # one window for all three: their slowdowns weighted by their time (exact while the window holds them all)
-    zero3_comm, u3 = _in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
+    zero3_comm, u3 = in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
     zero3_edge = (ag3 + rs3 + rep3) / units
     zero3 = num_mb * np.where(rt.overlap_param_gather,
-                              np.maximum(_exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
+                              np.maximum(exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
     by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
     dp_comm = np.where(d * cp > 1, by_stage, 0.0)
     return pp_comm, dp_comm

@@ -174,7 +174,7 @@ def test_interleaved_dp_overlap_window_by_formula():
     nothing."""
     from planner.cost import comm, memory
     from planner.cost.pipeline import stage_layers
-    from planner.cost.step import layer_times
+    from planner.cost.layer import layer_times
 
     m, hw = load_model("405b"), load_hardware("h100-sxm")
     t, p, d = 8, 4, 16
@@ -341,7 +341,7 @@ def test_tp_backward_with_sp_keeps_the_row_parallel_gradient_all_gathers_on_the_
     GEMMs' forward time, each overlapped second costing the profile's slowdown (a reviewer found all six hidden).
     Without SP the two input-gradient all-reduces hide behind the column-parallel weight-gradient GEMMs only."""
     from planner.cost import compute
-    from planner.cost.step import layer_times
+    from planner.cost.layer import layer_times
 
     m, hw = load_model("gpt3-175b"), load_hardware("a100-80gb")
     job = Job(gpus=8, seq_len=2048, global_batch=1)
