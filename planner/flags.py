@@ -211,7 +211,8 @@ def on_network(hardware: str, network):
     so that every table and JSON record built on it says which cluster it describes."""
     from dataclasses import replace
 
-    from planner.specs.hardware import gbit_to_bytes, load_hardware
+    from planner.specs.hardware import load_hardware
+    from planner.specs.hardware_file import gbit_to_bytes
 
     if network is None:
         return hardware

@@ -21,7 +21,8 @@ from planner.cost.params import total_params
 from planner.errors import PlannerError
 from planner.shared_runs import convert_run, is_shared_format
 from planner.specs._files import read_mapping, validate
-from planner.specs.hardware import GIB, RANGES, bundled_names, bytes_to_gbit, load_hardware
+from planner.specs.hardware import bundled_names, load_hardware
+from planner.specs.hardware_file import GIB, RANGES, bytes_to_gbit
 from planner.specs.model import ModelFile, preset_file
 from planner.specs.strategy import FLASH_GENERATIONS, MAX_GPUS, MAX_SEQ_LEN, Layout, check_knobs
 

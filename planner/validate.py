@@ -19,7 +19,8 @@ import numpy as np
 from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.runs_file import LayerTime, ValidationRun, load_runs_file, measured_step_time_s
-from planner.specs.hardware import gbit_to_bytes, load_hardware
+from planner.specs.hardware import load_hardware
+from planner.specs.hardware_file import gbit_to_bytes
 from planner.specs.strategy import Layout, Precision, Runtime
 
 # Source groups whose runs calibrated the hardware efficiencies (scripts/calibrate.py); all others are held out.
