@@ -1,5 +1,6 @@
 """Field rules of the shared dataset's flat format (planner.shared_runs): free-text recompute, ZeRO/FSDP and
-FlashAttention descriptions read into the planner's knobs. Pure text rules, no I/O; a field the planner cannot express
+FlashAttention descriptions read into the planner's knobs, the GPU name into a profile, the source's year, and
+whether torch.compile was on. Pure text rules, no I/O; a field the planner cannot express
 raises Skip with the reason."""
 from __future__ import annotations
 
@@ -126,3 +127,57 @@ def flash_generation(fw: str, year: int | None) -> int:
     if _FLASH_V1.search(fw):
         return 1
     return 1 if year is not None and year < 2024 else 2
+
+
+# Profiles by GPU name, most specific first.
+_HARDWARE = ((r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h100", "h100-sxm"),
+             (r"mi300x", "mi300x"), (r"a100.*40\s*g", "a100-40gb"), (r"a100.*80\s*g", "a100-80gb"),
+             (r"a100", "a100"), (r"v100", "v100-sxm"))
+A100_80GB_SINCE = 2021      # the A100 80GB was announced in November 2020: an earlier A100 without a size had 40 GB
+_NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)", r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
+               r"gh200": "GH200 (Grace Hopper superchip; no profile)",
+               r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)"}
+
+
+# The year a framework's runs date from when the source names none (it decides the runtime shared_runs sets).
+_FRAMEWORK_YEAR = ((r"megatron-core|nemo|megatron-bridge|torchtitan", 2024), (r"composer|llm-foundry|gigatron", 2023),
+                   (r"deepspeed|gpt-neox|metaseq", 2022))
+
+
+def year_of(run: dict) -> int | None:
+    """The source's year (the latest year its citation names: older ones are its references; arXiv ids such as
+    2010.12345 are not years), else its framework's era; None: unknown, treated as current."""
+    text = re.sub(r"\d{4}\.\d{4,5}", " ", f"{run.get('group', '')} {run.get('source', '')}")
+    found = re.findall(r"\b20[12]\d\b", text)
+    if found:
+        return max(int(y) for y in found)
+    fw = text_of(run.get("framework"))
+    return next((year for pattern, year in _FRAMEWORK_YEAR if re.search(pattern, fw)), None)
+
+
+def hardware_of(run: dict, year: int | None, notes: dict) -> str:
+    """The profile a GPU name means, noted. An A100 of unstated memory is the 40 GB part before 2021 (the only one
+    there was) and the 80 GB part after, as it is in most published large runs (a wrong 40 GB would also predict
+    false out-of-memory); a source of unknown year counts as current."""
+    gpu = text_of(run.get("gpu"))
+    for pattern, reason in _NO_PROFILE.items():
+        if re.search(pattern, gpu):
+            raise Skip(reason)
+    for pattern, profile in _HARDWARE:
+        if re.search(pattern, gpu):
+            notes["hardware"] = f"{run.get('gpu')!r} -> {profile}"
+            if profile == "a100":
+                profile = "a100-40gb" if year is not None and year < A100_80GB_SINCE else "a100-80gb"
+                notes["hardware"] = (f"{run.get('gpu')!r} -> {profile} (memory not stated: the A100 of "
+                                     f"{year or 'today, the source has no year'})")
+            return profile
+    raise Skip(f"no hardware profile for GPU {run.get('gpu')!r}")
+
+
+def compiled(framework_text: str) -> bool:
+    """The framework text says torch.compile was on: 'torch.compile', 'compile = true', 'compiled', not 'compile =
+    false', 'no torch.compile' or 'without compile'."""
+    text = framework_text.lower()
+    if re.search(r"\b(no|without|not)\s+(torch\.)?compile|compile\s*[=:]?\s*(false|off|no)\b", text):
+        return False
+    return re.search(r"compile", text) is not None
