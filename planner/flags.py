@@ -168,7 +168,8 @@ def check_paths(output=None, plot=None) -> None:
 
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
                   tp=None, cp=None, pinned: bool = False, sequence_parallel=None, eager_elementwise: bool = False,
-                  pp_scatter_gather: bool = False, microbatch_groups: bool = True):
+                  pp_scatter_gather: bool = False, microbatch_groups: bool = True,
+                  grad_accumulation_fusion: bool = True):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
     then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
     feature the pinned layout cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
@@ -188,7 +189,8 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
                                         "(--cp 1, or TP, PP and DP pinned without --cp); drop one")
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise,
-                   pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups)
+                   pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
+                   grad_accumulation_fusion=grad_accumulation_fusion)
 
 
 def network_flags(nics_per_node, nic_gbit_per_s):

@@ -55,6 +55,13 @@ def microbatch_groups_opt():
                         "default); --no-microbatch-groups: only multiples of PP (Megatron-LM before the groups).")
 
 
+def grad_accumulation_fusion_opt():
+    return typer.Option(True, "--grad-accumulation-fusion/--no-grad-accumulation-fusion", help="The weight-gradient "
+                        "GEMM accumulates into the fp32 main grads (Megatron --gradient-accumulation-fusion, the "
+                        "default); --no-grad-accumulation-fusion: a separate gradient add per micro-batch (Megatron-LM "
+                        "before late 2021, Megatron-DeepSpeed, DeepSpeed's engine).")
+
+
 def pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
                         "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "

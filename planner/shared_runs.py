@@ -24,7 +24,7 @@ Rules (each one is why, briefly):
   framework's era.
 - runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
   mid-2022; never on a profile without fused attention kernels, V100), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
-  backward from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
+  backward and gradient-accumulation fusion from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
   matrix over flat rings; torchtitan runs its element-wise ops as eager PyTorch kernels unless torch.compile is
   named (its presets set compile = false).
@@ -243,6 +243,8 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
     modern = not deepspeed and (year is None or year >= 2023)
     rt = {"flash_attention": (year is None or year >= 2023) and load_hardware(hardware).fused_attention,
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
+          # Megatron's gradient-accumulation fusion lives in the autograd function of its async TP backward
+          "grad_accumulation_fusion": not deepspeed and (year is None or year >= 2022),
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw)),

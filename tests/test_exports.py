@@ -496,3 +496,18 @@ def test_torchtitan_needs_as_many_micro_batches_as_stages():
     assert any("at least as many micro-batches as pipeline stages" in w for w in blockers("torchtitan", few.row))
     enough = _best("405b", 2048, tp=8, pp=16, dp=16, vpp=1, micro_batch=1, global_batch=256)
     assert not any("micro-batches as pipeline stages" in w for w in blockers("torchtitan", enough.row))
+
+
+def test_megatron_export_turns_gradient_accumulation_fusion_off_when_the_plan_priced_it_off():
+    """Runtime(grad_accumulation_fusion=False) prices a separate gradient add per micro-batch; Megatron fuses it
+    into the weight-gradient GEMM unless told --no-gradient-accumulation-fusion, so the export says so (from the
+    command line too), and writes nothing by default."""
+    from planner.specs.strategy import Runtime
+
+    ev = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=1)
+    assert "--no-gradient-accumulation-fusion" not in export("megatron", ev.row, ev.result.model, ev.result.job)[0]
+    text = export("megatron", ev.row, ev.result.model, ev.result.job, Runtime(grad_accumulation_fusion=False))[0]
+    assert "--no-gradient-accumulation-fusion" in text
+    out = CliRunner().invoke(app, ["--model", "8b", "--gpus", "64", "--export", "megatron",
+                                   "--no-grad-accumulation-fusion"])
+    assert out.exit_code == 0 and "--no-gradient-accumulation-fusion" in out.output

@@ -73,6 +73,14 @@ def optimizer_traffic_bytes_per_param(precision: Precision) -> float:
     return to_fp32 + 4 + 28 + 4 + precision.param_bytes
 
 
+def grad_accumulation_bytes_per_param(precision: Precision) -> float:
+    """HBM traffic of accumulating one micro-batch's weight gradient without gradient-accumulation fusion: the
+    16-bit gradient the wgrad GEMM wrote is read (2) and the accumulation buffer read and written (2 x grad_bytes):
+    Megatron-LM 2021's main_grad.add_(grad) hook (distributed.py), 2 + 4 + 4 = 10 bytes for fp32 main grads;
+    autograd's in-place .grad accumulation in 16-bit, 6."""
+    return 2 + 2 * precision.grad_bytes
+
+
 def num_microbatches(job: Job, micro_batch, dp):
     """m = B/(b·d) micro-batches per pipeline per step (at least 1; divisibility is a validity rule)."""
     return np.maximum(job.global_batch // np.maximum(np.asarray(micro_batch) * np.asarray(dp), 1), 1)
@@ -176,8 +184,15 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
+    # Without gradient-accumulation fusion each micro-batch after the first adds its weight gradient to the
+    # accumulation buffer in a memory-bound pass over the stage's (ZeRO-3: the shard's) gradients, on the stage's
+    # stream (the first only writes it; Megatron-LM 2021's hook adds that one too: one add a step not priced).
+    accum_params = params_stage / np.where(z >= 3, shard_group(d, cp, c["dp_replicate"]), 1)
+    accumulate = 0.0 if runtime.grad_accumulation_fusion else \
+        (num_mb - 1) * accum_params * grad_accumulation_bytes_per_param(precision) / hbm_bytes_per_s
+
     times = {
-        "compute": num_mb * stage_comp,
+        "compute": num_mb * stage_comp + accumulate,
         "tp_comm": num_mb * stage_tp,
         "cp_comm": num_mb * stage_cp,
         "pp_comm": pp_comm,

@@ -107,6 +107,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         args.append("--sequence-parallel")
         if runtime.tp_comm_overlap and tp > 1:
             args.append("--tp-comm-overlap")
+    if not runtime.grad_accumulation_fusion:
+        args.append("--no-gradient-accumulation-fusion")      # the plan priced a separate gradient add
     if row["recompute"] == "selective":
         args.append("--recompute-granularity selective")
     elif row["recompute"] == "full" and int(row.get("recompute_layers", 0)):

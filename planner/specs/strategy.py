@@ -175,6 +175,11 @@ class Runtime:
                                         # turns in groups (Megatron-Core --microbatch-group-size-per-virtual-pipeline-
                                         # stage, torch's Interleaved1F1B rounds); False: a multiple of PP (Megatron-LM
                                         # 2021-24, whose schedule refused any other count)
+    grad_accumulation_fusion: bool = True  # the weight-gradient GEMM accumulates into the fp32 main grads itself
+                                        # (Megatron --gradient-accumulation-fusion, in the autograd function of its
+                                        # async TP backward, late 2021 on; TE); False: each micro-batch's 16-bit weight gradient is added to
+                                        # the accumulation buffer by a separate memory-bound kernel (Megatron-LM
+                                        # before it, the Megatron-DeepSpeed forks, DeepSpeed's engine)
     rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
                                         # of the two where some framework launches pp-dp (pp_next_launchable)
 

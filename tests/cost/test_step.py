@@ -357,3 +357,22 @@ def test_tp_backward_with_sp_keeps_the_row_parallel_gradient_all_gathers_on_the_
     off = Runtime(flash_attention=False, tp_bwd_overlap=False)
     assert layer_times(m, hw, job, {"tp": 8, "micro_batch": 1, "sp": True, "recompute": 0}, off)[3] == \
         pytest.approx(6 * one_ag, rel=1e-9)
+
+
+def test_gradient_accumulation_without_fusion_by_hand():
+    """Without gradient-accumulation fusion (Megatron-LM 2021's main_grad.add_ hook, Megatron-DeepSpeed) every
+    micro-batch after the first adds its 16-bit weight gradient (read 2 bytes) into the fp32 main grads (read and
+    write 4): 10 bytes per parameter, memory-bound at the H100 profile's 3.35 TB/s x 0.89 = 2.9815e12 B/s.
+    Llama 3.1 8B, TP1 PP1 DP8, b = 1, B = 64 -> m = 8: 7 x 8,030,261,248 x 10 / 2.9815e12 = 0.188535 s more
+    compute; ZeRO-3 accumulates the 1/8 shard (0.023567 s); one micro-batch only writes it (nothing more)."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    job = Job(gpus=8, seq_len=4096, global_batch=64)
+    for zero, extra in ((1, 0.188535), (3, 0.188535 / 8)):
+        fused = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero))
+        apart = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero), Runtime(grad_accumulation_fusion=False))
+        assert apart["compute_s"][0] - fused["compute_s"][0] == pytest.approx(extra, rel=1e-5)
+        assert apart["step_time_s"][0] - fused["step_time_s"][0] == pytest.approx(extra, rel=1e-5)
+        assert all(apart[f"{k}_s"][0] == fused[f"{k}_s"][0] for k in TIME_PARTS if k != "compute")
+    single = Job(gpus=8, seq_len=4096, global_batch=8)
+    assert _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1), Runtime(grad_accumulation_fusion=False))[
+        "step_time_s"][0] == _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1))["step_time_s"][0]
