@@ -173,7 +173,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
                       f"{' these pins' if pins else ''}: {min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     unfused = ("" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)") + (
-        "; element-wise kernels eager (no torch.compile)" if result.runtime.eager_elementwise else "")
+        "; element-wise kernels eager (no torch.compile)" if result.runtime.eager_elementwise else "") + (
+        "; gradients accumulated by a separate add per micro-batch (no fusion)"
+        if not result.runtime.grad_accumulation_fusion else "")
     out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "
               f"memory in GiB{unfused}.")
 

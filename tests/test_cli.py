@@ -287,3 +287,15 @@ def test_count_suffixes_follow_one_rule():
     gg = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--format",
                              "json", "--global-batch-tokens", "1G"])
     assert json.loads(gb.stdout)["global_batch"] == json.loads(gg.stdout)["global_batch"] == 2**30 // 8192
+
+
+def test_a_search_without_gradient_accumulation_fusion_says_so_and_is_not_faster():
+    """--no-grad-accumulation-fusion prices a separate gradient add per micro-batch: the table's note says so, and
+    no row gets faster (ZeRO-1, several micro-batches: every row pays it)."""
+    def best(*flags):
+        out = CliRunner().invoke(app, ["--model", "8b", "--gpus", "16", "--zero", "1", "--format", "json", *flags])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout)["configs"][0]["step_time_s"]
+    assert best("--no-grad-accumulation-fusion") > best()
+    text = CliRunner().invoke(app, ["--model", "8b", "--gpus", "16", "--top", "1", "--no-grad-accumulation-fusion"])
+    assert "separate add per micro-batch" in text.output

@@ -413,3 +413,15 @@ def test_megatron_runs_before_2025_have_no_micro_batch_groups(framework, source,
     pipeline engine, leaves the field out (groups, the default)."""
     converted, why = convert_run(_run(framework=framework, source=source, vpp=2))
     assert why is None and converted["runtime"].get("microbatch_groups") is groups
+
+
+@pytest.mark.parametrize("framework, source, fused", [
+    ("Megatron-LM", "Narayanan et al. 2021", False), ("Megatron-LM", "Korthikanti et al. 2022", True),
+    ("Megatron-DeepSpeed", "Smith et al. 2022", False), ("GPT-NeoX (Megatron + DeepSpeed)", "Black et al. 2022", False),
+    ("Megatron-Core", "NVIDIA 2024", True)])
+def test_gradient_accumulation_fusion_follows_the_async_tp_backward(framework, source, fused):
+    """Megatron's gradient-accumulation fusion shares the autograd function of its async TP backward: from 2022, and
+    never in the Megatron-DeepSpeed forks (a separate gradient add per micro-batch, Runtime.grad_accumulation_fusion)."""
+    converted, why = convert_run(_run(framework=framework, source=source))
+    rt = converted["runtime"]
+    assert why is None and rt["grad_accumulation_fusion"] is fused and rt["tp_bwd_overlap"] is fused
