@@ -511,3 +511,20 @@ def test_megatron_export_turns_gradient_accumulation_fusion_off_when_the_plan_pr
     out = CliRunner().invoke(app, ["--model", "8b", "--gpus", "64", "--export", "megatron",
                                    "--no-grad-accumulation-fusion"])
     assert out.exit_code == 0 and "--no-gradient-accumulation-fusion" in out.output
+
+
+def test_deepspeed_export_says_its_gradient_accumulation_is_not_fused():
+    """DeepSpeed's engine adds each micro-batch's weight gradient in a kernel of its own: a plan priced with
+    Megatron's fusion (the default) and several micro-batches says to expect a slower step; one priced without it
+    (Runtime(grad_accumulation_fusion=False)) or with one micro-batch says nothing."""
+    from planner.specs.strategy import Runtime
+
+    ev = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=1)
+    assert int(ev.row["num_microbatches"]) > 1
+    note = "separate kernel"
+    assert any(note in n for n in export("deepspeed", ev.row, ev.result.model, ev.result.job)[1])
+    assert not any(note in n for n in export("deepspeed", ev.row, ev.result.model, ev.result.job,
+                                             Runtime(grad_accumulation_fusion=False))[1])
+    one = _best("8b", 64, tp=1, pp=1, dp=64, zero_stage=1, global_batch=64)
+    assert int(one.row["num_microbatches"]) == 1
+    assert not any(note in n for n in export("deepspeed", one.row, one.result.model, one.result.job)[1])

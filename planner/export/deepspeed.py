@@ -124,6 +124,12 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     notes.append("element-wise kernels come from the model code: the plan priced "
                  + ("eager PyTorch ones (--eager-elementwise)" if runtime.eager_elementwise
                     else "fused ones (Megatron's or torch.compile's; plan with --eager-elementwise for plain PyTorch)"))
+    if runtime.grad_accumulation_fusion and int(row["num_microbatches"]) > 1 and zero < 3:
+        # the engine (and BF16_Optimizer) add each micro-batch's weight gradient in a kernel of their own;
+        # Megatron-DeepSpeed's linear layers have no gradient-accumulation fusion
+        notes.append("DeepSpeed adds each micro-batch's weight gradient to the accumulated one in a separate kernel, "
+                     "where the plan priced Megatron's fusion into the weight-gradient GEMM: expect a slower step "
+                     "(plan with --no-grad-accumulation-fusion to price it)")
     if tp > 1 and runtime.tp_comm_overlap:
         notes.append("the plan priced TP communication overlapped with GEMMs (--tp-comm-overlap); Megatron-DeepSpeed "
                      "has no such option, so expect the TP time of a plan without it")
