@@ -95,6 +95,7 @@ def plan(
     pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
+    zero1_all_reduce: bool = options.zero1_all_reduce_opt(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -150,7 +151,7 @@ def plan(
                     if global_batch_tokens else None)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel,
                             eager_elementwise, pp_scatter_gather, microbatch_groups,
-                            grad_accumulation_fusion)
+                            grad_accumulation_fusion, zero1_all_reduce)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
@@ -288,6 +289,7 @@ def sweep_cmd(
     pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
+    zero1_all_reduce: bool = options.zero1_all_reduce_opt(),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -303,7 +305,7 @@ def sweep_cmd(
         pins["sequence_parallel"] = sequence_parallel
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins.get("tp"), pins.get("cp"),
                             False, sequence_parallel, eager_elementwise, pp_scatter_gather, microbatch_groups,
-                            grad_accumulation_fusion)
+                            grad_accumulation_fusion, zero1_all_reduce)
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute

@@ -169,7 +169,7 @@ def check_paths(output=None, plot=None) -> None:
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
                   tp=None, cp=None, pinned: bool = False, sequence_parallel=None, eager_elementwise: bool = False,
                   pp_scatter_gather: bool = False, microbatch_groups: bool = True,
-                  grad_accumulation_fusion: bool = True):
+                  grad_accumulation_fusion: bool = True, zero1_all_reduce: bool = False):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
     then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
     feature the pinned layout cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
@@ -190,7 +190,7 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise,
                    pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
-                   grad_accumulation_fusion=grad_accumulation_fusion)
+                   grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
 
 
 def network_flags(nics_per_node, nic_gbit_per_s):

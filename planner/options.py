@@ -62,6 +62,12 @@ def grad_accumulation_fusion_opt():
                         "before late 2021, Megatron-DeepSpeed, DeepSpeed's engine).")
 
 
+def zero1_all_reduce_opt():
+    return typer.Option(False, "--zero1-all-reduce", help="ZeRO-1 all-reduces the whole gradients and then "
+                        "all-gathers the updated weights (DeepSpeed's BF16_Optimizer); default: a reduce-scatter "
+                        "(Megatron's distributed optimizer).")
+
+
 def pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
                         "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "

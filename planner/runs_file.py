@@ -66,6 +66,7 @@ class RunRuntime(_Strict):
     eager_elementwise: bool | None = None      # torchtitan without torch.compile (Runtime.eager_elementwise)
     microbatch_groups: bool | None = None      # false: Megatron-LM before its micro-batch groups (Runtime)
     grad_accumulation_fusion: bool | None = None  # false: a separate gradient add per micro-batch (Runtime)
+    zero1_all_reduce: bool | None = None       # true: ZeRO-1 all-reduces the gradients (DeepSpeed BF16_Optimizer)
     flash_attention_gen: StrictInt | None = Field(default=None, ge=min(FLASH_GENERATIONS),
                                                   le=max(FLASH_GENERATIONS))   # 1 or 2, not true or 1.0
     # A run was launched in one rank order: every framework's default puts DP next to TP (Megatron tp-cp-ep-dp-pp,

@@ -252,6 +252,8 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
           "pp_scatter_gather": deepspeed or (year is not None and year < 2023)}
     if rt["flash_attention"]:
         rt["flash_attention_gen"] = flash_generation(fw, year)
+    if deepspeed and zero == 1 and re.search(r"bf16|bfloat16", text_of(run.get("precision"))) and (year or 0) >= 2022:
+        rt["zero1_all_reduce"] = True       # BF16_Optimizer (DeepSpeed, February 2022 on): whole-gradient all-reduce
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
     if re.search(r"megatron|nemo", fw) and not deepspeed and year is not None and year <= 2024:

@@ -425,3 +425,15 @@ def test_gradient_accumulation_fusion_follows_the_async_tp_backward(framework, s
     converted, why = convert_run(_run(framework=framework, source=source))
     rt = converted["runtime"]
     assert why is None and rt["grad_accumulation_fusion"] is fused and rt["tp_bwd_overlap"] is fused
+
+
+@pytest.mark.parametrize("framework, source, zero, precision, whole", [
+    ("Megatron-DeepSpeed", "BigScience 2022", "1", "bf16", True), ("Megatron-DeepSpeed", "BigScience 2022", "1",
+                                                                     "fp16", None),
+    ("Megatron-DeepSpeed", "Smith et al. 2021", "1", "bf16", None), ("Megatron-Core", "NVIDIA 2024", "1", "bf16", None)])
+def test_deepspeed_bf16_zero1_all_reduces_the_gradients(framework, source, zero, precision, whole):
+    """DeepSpeed's BF16_Optimizer (2022 on) runs ZeRO-1 with a whole-gradient all-reduce: a DeepSpeed bf16 ZeRO-1
+    run of 2022 or later says so; fp16 (DeepSpeed's ZeRO stage 1 reduce-scatter), an earlier one or Megatron's
+    distributed optimizer leave the field out (a reduce-scatter, the default)."""
+    converted, why = convert_run(_run(framework=framework, source=source, zero_stage=zero, precision=precision))
+    assert why is None and converted["runtime"].get("zero1_all_reduce") is whole

@@ -307,7 +307,13 @@ def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, 
     gather = np.maximum(exposed(ag, hide_params, u_ag), ag / edge)
     plain = np.maximum(exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
     reduce = np.maximum(exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)
-    zero1 = reduce + gather                                         # distributed optimizer: RS grads, AG params
+    if rt.zero1_all_reduce:   # BF16_Optimizer: the whole gradients all-reduced over every DP x CP rank, then AG
+        whole = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, world(c))
+        ar_all, u_all = comm.overlapped_collective(grad_bytes, d * cp, dp_stride, hw, buckets, 2, whole)
+        reduce1 = np.maximum(exposed(ar_all, hide_grads, u_all), ar_all / edge)
+    else:                     # distributed optimizer: reduce-scatter the gradients (HSDP: then across the groups)
+        reduce1 = reduce
+    zero1 = reduce1 + gather                                        # ... and all-gather the updated parameters
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
     # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
     # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first

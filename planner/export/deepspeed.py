@@ -75,8 +75,10 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         # all-gathers the updated bf16 weights over DP
         notes.append("DeepSpeed's BF16_Optimizer all-reduces the fp32 gradients after the last micro-batch's backward "
                      "and all-gathers the updated weights after the step, neither overlapped with compute, where the "
-                     "plan priced a reduce-scatter and an all-gather hidden behind the backward and forward: expect "
-                     "more exposed data-parallel time than planned")
+                     "plan priced " + ("that all-reduce" if runtime.zero1_all_reduce else "a reduce-scatter")
+                     + " and an all-gather hidden behind the backward and forward where overlap is on: expect more "
+                     "exposed data-parallel time than planned"
+                     + ("" if runtime.zero1_all_reduce else " (--zero1-all-reduce prices the all-reduce)"))
     elif zero >= 2:
         # engine.py communication_data_type: the configured one, else the model's 16-bit dtype
         notes.append(f"DeepSpeed reduces gradients in {'fp16' if fp16 else 'bf16'} (communication_data_type "

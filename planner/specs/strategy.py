@@ -180,6 +180,10 @@ class Runtime:
                                         # async TP backward, late 2021 on; TE); False: each micro-batch's 16-bit weight gradient is added to
                                         # the accumulation buffer by a separate memory-bound kernel (Megatron-LM
                                         # before it, the Megatron-DeepSpeed forks, DeepSpeed's engine)
+    zero1_all_reduce: bool = False      # ZeRO-1 reduces the gradients with a whole all-reduce, each rank then
+                                        # updating its shard and all-gathering the weights (DeepSpeed's
+                                        # BF16_Optimizer: engine.allreduce_gradients); False: a reduce-scatter
+                                        # (Megatron's distributed optimizer, DeepSpeed's ZeRO stage 1)
     rank_order: str | None = None       # "dp-pp" or "pp-dp" (RANK_ORDERS) to price one order; None: the cheaper
                                         # of the two where some framework launches pp-dp (pp_next_launchable)
 

@@ -376,3 +376,19 @@ def test_gradient_accumulation_without_fusion_by_hand():
     single = Job(gpus=8, seq_len=4096, global_batch=8)
     assert _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1), Runtime(grad_accumulation_fusion=False))[
         "step_time_s"][0] == _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1))["step_time_s"][0]
+
+
+def test_zero1_all_reduce_by_hand():
+    """DeepSpeed's BF16_Optimizer runs ZeRO-1 with a whole all-reduce of the fp32 gradients where Megatron's
+    distributed optimizer reduce-scatters them; both then all-gather the weights. Llama 3.1 8B, TP1 PP1 DP8 on one
+    H100 node, no overlap: S = 8,030,261,248 x 4 bytes; the all-reduce (2·(7/8)·S/369e9 + 14 + 2·7·1.9 us) is one
+    reduce-scatter's pass (7/8·S/369e9 + 14 + 7·1.9 us) longer, by 7/8·S/369e9 + 13.3 us = 0.0761811 s; ZeRO-0
+    and ZeRO-3 do not change."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    job = Job(gpus=8, seq_len=4096, global_batch=8)
+    rt = dict(overlap_grad_reduce=False, overlap_param_gather=False)
+    for zero, extra in ((1, 0.875 * 8_030_261_248 * 4 / 369e9 + 13.3e-6), (0, 0.0), (3, 0.0)):
+        base = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero), Runtime(**rt))
+        whole = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero), Runtime(**rt, zero1_all_reduce=True))
+        assert whole["dp_comm_s"][0] - base["dp_comm_s"][0] == pytest.approx(extra, rel=1e-6, abs=1e-12)
+    assert 0.875 * 8_030_261_248 * 4 / 369e9 + 13.3e-6 == pytest.approx(0.0761811, rel=1e-6)
