@@ -24,7 +24,8 @@ Rules (each one is why, briefly):
   framework's era.
 - runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
   mid-2022; never on a profile without fused attention kernels, V100), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
-  backward and gradient-accumulation fusion from 2022 (not in DeepSpeed forks); DP reduce/gather overlap where named, for FSDP, and for any
+  backward from 2022 (not in DeepSpeed forks), and its gradient-accumulation fusion with it (Megatron and NeMo
+  only: other stacks add each micro-batch's gradient apart); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
   matrix over flat rings; torchtitan runs its element-wise ops as eager PyTorch kernels unless torch.compile is
   named (its presets set compile = false).
@@ -237,14 +238,16 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
     from planner.specs.hardware import load_hardware
     fw = text_of(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
+    megatron = not deepspeed and re.search(r"megatron|nemo", fw) is not None
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
     # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
     # and NeMo recipes); NeMo's performance recipes also overlap TP communication with GEMMs (comm-overlap callback).
     modern = not deepspeed and (year is None or year >= 2023)
     rt = {"flash_attention": (year is None or year >= 2023) and load_hardware(hardware).fused_attention,
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
-          # Megatron's gradient-accumulation fusion lives in the autograd function of its async TP backward
-          "grad_accumulation_fusion": not deepspeed and (year is None or year >= 2022),
+          # Megatron's gradient-accumulation fusion lives in the autograd function of its async TP backward; other
+          # stacks (PyTorch DDP/FSDP, DeepSpeed) add each micro-batch's gradient in a kernel of its own
+          "grad_accumulation_fusion": megatron and (year is None or year >= 2022),
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw)),
@@ -256,7 +259,7 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
         rt["zero1_all_reduce"] = True       # BF16_Optimizer (DeepSpeed, February 2022 on): whole-gradient all-reduce
     if deepspeed and zero == 3:
         rt.update(zero3_gather_unit="matrix", hierarchical_collectives=False)
-    if re.search(r"megatron|nemo", fw) and not deepspeed and year is not None and year <= 2024:
+    if megatron and year is not None and year <= 2024:
         # Megatron's interleaved schedule took only a multiple of PP micro-batches until its micro-batch groups
         # (schedules.py of January 2024 warms up (v - 1)·PP chunks, NVIDIA/Megatron-LM#675; a December 2024
         # NeMo-based PR still cites the rule, 9rum/flatflow#20)

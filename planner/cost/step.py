@@ -75,10 +75,10 @@ def optimizer_traffic_bytes_per_param(precision: Precision) -> float:
 
 def grad_accumulation_bytes_per_param(precision: Precision) -> float:
     """HBM traffic of accumulating one micro-batch's weight gradient without gradient-accumulation fusion: the
-    16-bit gradient the wgrad GEMM wrote is read (2) and the accumulation buffer read and written (2 x grad_bytes):
-    Megatron-LM 2021's main_grad.add_(grad) hook (distributed.py), 2 + 4 + 4 = 10 bytes for fp32 main grads;
-    autograd's in-place .grad accumulation in 16-bit, 6."""
-    return 2 + 2 * precision.grad_bytes
+    16-bit gradient the wgrad GEMM wrote is read (param_bytes) and the accumulation buffer read and written (2 x
+    grad_bytes): Megatron-LM 2021's main_grad.add_(grad) hook (distributed.py), 2 + 4 + 4 = 10 bytes for fp32 main
+    grads; autograd's in-place .grad accumulation in 16-bit, 6."""
+    return precision.param_bytes + 2 * precision.grad_bytes
 
 
 def num_microbatches(job: Job, micro_batch, dp):
@@ -153,12 +153,25 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     partial = np.any(np.asarray(c["rc_layers"]) > 0)          # else every share is 1: skip the arithmetic
     edge_share = block_recompute_share(last, c["rc_layers"], v) if partial else 1.0
     edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * last * (fwd + tp_fwd), 0.0)
+    # Without gradient-accumulation fusion each micro-batch's backward ends with an add of its weight gradient into
+    # the accumulation buffer, a memory-bound pass over the stage's gradients (the shard of them where ZeRO shards
+    # the gradients, as memory.state_bytes_per_param does); the first stage's embedding counts with the middle ones.
+    hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
+    first_params, mid_params, last_params = memory.stage_params(m, t, p)
+    if runtime.grad_accumulation_fusion:
+        edge_add = mid_add = 0.0
+    else:
+        shard = memory.state_bytes_per_param(z, shard_group(d, cp, c["dp_replicate"]), precision)[1]
+        per_param_s = grad_accumulation_bytes_per_param(precision) * shard / precision.grad_bytes / hbm_bytes_per_s
+        edge_add, mid_add = last_params * per_param_s, np.maximum(first_params, mid_params) * per_param_s
     # The pacing stage is the one whose compute plus TP and CP communication is longest; its parts are reported.
-    edge_comp, mid_comp = last * (fwd + bwd) + edge_rc + logits, middle * (fwd + bwd)
+    edge_comp = last * (fwd + bwd) + edge_rc + logits + edge_add
+    mid_comp = middle * (fwd + bwd) + mid_add
     layer_comm = tp_fwd + tp_bwd + cp_fwd + cp_bwd
     edge_paces = edge_comp + last * layer_comm > mid_comp + middle * layer_comm
     pacing_layers = np.where(edge_paces, last, middle)
     stage_comp = np.where(edge_paces, edge_comp, mid_comp)
+    stage_add = np.where(edge_paces, edge_add, mid_add)
     stage_tp = pacing_layers * (tp_fwd + tp_bwd)
     stage_cp = pacing_layers * (cp_fwd + cp_bwd)
     stage_fwd = layers_max * (fwd + tp_fwd + cp_fwd)
@@ -166,7 +179,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP: the runtime's order when the
     # framework fixes it, else the cheaper per layout.
-    params_stage = np.maximum.reduce(memory.stage_params(m, t, p))
+    params_stage = np.maximum.reduce((first_params, mid_params, last_params))
     send = _pp_send_parts(m, hw, job, c, runtime, precision)        # the same for either placement
     results = [_placed_comm(hw, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd, stage_bwd,
                             stage_comp + stage_tp + stage_cp, send, dp_inner) for dp_inner in (True, False)]
@@ -181,18 +194,12 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
 
     # ZeRO shards over the DP x CP ranks that hold the same weights, or over one shard group of them (HSDP)
     opt_params = params_stage / np.where(z >= 1, shard_group(d, cp, c["dp_replicate"]), 1)
-    hbm_bytes_per_s = hw.hbm_efficiency * hw.hbm_bw_bytes_per_s
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
-    # Without gradient-accumulation fusion each micro-batch after the first adds its weight gradient to the
-    # accumulation buffer in a memory-bound pass over the stage's (ZeRO-3: the shard's) gradients, on the stage's
-    # stream (the first only writes it; Megatron-LM 2021's hook adds that one too: one add a step not priced).
-    accum_params = params_stage / np.where(z >= 3, shard_group(d, cp, c["dp_replicate"]), 1)
-    accumulate = 0.0 if runtime.grad_accumulation_fusion else \
-        (num_mb - 1) * accum_params * grad_accumulation_bytes_per_param(precision) / hbm_bytes_per_s
-
     times = {
-        "compute": num_mb * stage_comp + accumulate,
+        # the first micro-batch's gradient is written, not added (autograd; Megatron-LM 2021's main_grad hook and
+        # BF16_Optimizer add that one too: one add a step not priced, so a single micro-batch costs nothing more)
+        "compute": num_mb * stage_comp - stage_add,
         "tp_comm": num_mb * stage_tp,
         "cp_comm": num_mb * stage_cp,
         "pp_comm": pp_comm,

@@ -126,7 +126,7 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     notes.append("element-wise kernels come from the model code: the plan priced "
                  + ("eager PyTorch ones (--eager-elementwise)" if runtime.eager_elementwise
                     else "fused ones (Megatron's or torch.compile's; plan with --eager-elementwise for plain PyTorch)"))
-    if runtime.grad_accumulation_fusion and int(row["num_microbatches"]) > 1 and zero < 3:
+    if runtime.grad_accumulation_fusion and cfg["gradient_accumulation_steps"] > 1 and zero < 2:   # ZeRO-2/3: a shard
         # the engine (and BF16_Optimizer) add each micro-batch's weight gradient in a kernel of their own;
         # Megatron-DeepSpeed's linear layers have no gradient-accumulation fusion
         notes.append("DeepSpeed adds each micro-batch's weight gradient to the accumulated one in a separate kernel, "

@@ -177,9 +177,10 @@ class Runtime:
                                         # 2021-24, whose schedule refused any other count)
     grad_accumulation_fusion: bool = True  # the weight-gradient GEMM accumulates into the fp32 main grads itself
                                         # (Megatron --gradient-accumulation-fusion, in the autograd function of its
-                                        # async TP backward, late 2021 on; TE); False: each micro-batch's 16-bit weight gradient is added to
-                                        # the accumulation buffer by a separate memory-bound kernel (Megatron-LM
-                                        # before it, the Megatron-DeepSpeed forks, DeepSpeed's engine)
+                                        # async TP backward, late 2021 on; TE); False: each micro-batch's 16-bit
+                                        # weight gradient is added to the accumulation buffer by a memory-bound
+                                        # kernel of its own (Megatron-LM before it, the Megatron-DeepSpeed forks,
+                                        # DeepSpeed's engine, PyTorch DDP/FSDP)
     zero1_all_reduce: bool = False      # ZeRO-1 reduces the gradients with a whole all-reduce, each rank then
                                         # updating its shard and all-gathering the weights (DeepSpeed's
                                         # BF16_Optimizer: engine.allreduce_gradients); False: a reduce-scatter

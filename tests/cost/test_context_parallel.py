@@ -13,7 +13,7 @@ from cli_contract import run
 import planner
 from planner.cost import compute, memory
 from planner.cost.comm import nested_span, placement_strides, pp_crosses_nodes
-from planner.cost.step import cp_layer_times
+from planner.cost.layer import cp_layer_times
 from planner.export import deepspeed_config, megatron_args, torchtitan_toml, unsupported
 from planner.specs.hardware import load_hardware
 from planner.specs.model import load_model
@@ -162,7 +162,7 @@ def test_every_token_wise_term_sees_s_over_cp():
     """A CP-2 rank at s = 8192 does the token-wise work of a CP-1 rank at s = 4096: GEMMs, element-wise traffic, TP
     collectives (TP 2 + SP), pipeline sends, activations and the recompute working set; attention and the kernel
     count are what differ."""
-    from planner.cost.step import layer_times
+    from planner.cost.layer import layer_times
 
     rt = Runtime()
     two = layer_times(M8B, HW, Job(gpus=4, seq_len=8192, global_batch=1),

@@ -364,15 +364,21 @@ def test_gradient_accumulation_without_fusion_by_hand():
     micro-batch after the first adds its 16-bit weight gradient (read 2 bytes) into the fp32 main grads (read and
     write 4): 10 bytes per parameter, memory-bound at the H100 profile's 3.35 TB/s x 0.89 = 2.9815e12 B/s.
     Llama 3.1 8B, TP1 PP1 DP8, b = 1, B = 64 -> m = 8: 7 x 8,030,261,248 x 10 / 2.9815e12 = 0.188535 s more
-    compute; ZeRO-3 accumulates the 1/8 shard (0.023567 s); one micro-batch only writes it (nothing more)."""
+    compute; ZeRO-2 and ZeRO-3 accumulate their 1/8 shard of the gradients (0.023567 s); one micro-batch only
+    writes it (nothing more). Under PP the add is part of every micro-batch's stage time, so the bubble's p - 1
+    slots carry it too: (p - 1) adds where the compute carries m - 1."""
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     job = Job(gpus=8, seq_len=4096, global_batch=64)
-    for zero, extra in ((1, 0.188535), (3, 0.188535 / 8)):
+    for zero, extra in ((1, 0.188535), (2, 0.188535 / 8), (3, 0.188535 / 8)):
         fused = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero))
         apart = _one(m, hw, job, (1, 1, 8, 1, 1, False, 0, zero), Runtime(grad_accumulation_fusion=False))
         assert apart["compute_s"][0] - fused["compute_s"][0] == pytest.approx(extra, rel=1e-5)
         assert apart["step_time_s"][0] - fused["step_time_s"][0] == pytest.approx(extra, rel=1e-5)
         assert all(apart[f"{k}_s"][0] == fused[f"{k}_s"][0] for k in TIME_PARTS if k != "compute")
+    piped = [_one(m, hw, job, (1, 2, 4, 1, 1, False, 0, 1), rt) for rt in (Runtime(),
+                                                                           Runtime(grad_accumulation_fusion=False))]
+    adds = (piped[1]["compute_s"][0] - piped[0]["compute_s"][0]) / (16 - 1)     # m = 64 / 4 = 16
+    assert adds > 0 and piped[1]["bubble_s"][0] - piped[0]["bubble_s"][0] == pytest.approx(adds, rel=1e-9)
     single = Job(gpus=8, seq_len=4096, global_batch=8)
     assert _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1), Runtime(grad_accumulation_fusion=False))[
         "step_time_s"][0] == _one(m, hw, single, (1, 1, 8, 1, 1, False, 0, 1))["step_time_s"][0]
