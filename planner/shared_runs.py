@@ -24,8 +24,8 @@ Rules (each one is why, briefly):
   framework's era.
 - runtime by framework and year: FlashAttention from 2023 (it reached Megatron, Composer and torchtitan after
   mid-2022; never on a profile without fused attention kernels, V100), its first generation in 2023 unless the framework names one (flash_generation); Megatron's async TP
-  backward from 2022 (not in DeepSpeed forks), and its gradient-accumulation fusion with it (Megatron and NeMo
-  only: other stacks add each micro-batch's gradient apart); DP reduce/gather overlap where named, for FSDP, and for any
+  backward from 2022 (not in DeepSpeed forks), and its gradient-accumulation fusion with it (not where the framework
+  is PyTorch's own, FSDP/DDP, Composer, torchtitan, which add each micro-batch's gradient apart); DP reduce/gather overlap where named, for FSDP, and for any
   non-DeepSpeed stack from 2023; TP-comm overlap where named and in NeMo; DeepSpeed ZeRO-3 gathers per weight
   matrix over flat rings; torchtitan runs its element-wise ops as eager PyTorch kernels unless torch.compile is
   named (its presets set compile = false).
@@ -239,15 +239,17 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
     fw = text_of(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
     megatron = not deepspeed and re.search(r"megatron|nemo", fw) is not None
+    native = not megatron and re.search(r"fsdp|ddp|composer|llm-foundry|torchtitan|pytorch|fairscale", fw) is not None
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
     # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
     # and NeMo recipes); NeMo's performance recipes also overlap TP communication with GEMMs (comm-overlap callback).
     modern = not deepspeed and (year is None or year >= 2023)
     rt = {"flash_attention": (year is None or year >= 2023) and load_hardware(hardware).fused_attention,
           "tp_bwd_overlap": not deepspeed and (year is None or year >= 2022),
-          # Megatron's gradient-accumulation fusion lives in the autograd function of its async TP backward; other
-          # stacks (PyTorch DDP/FSDP, DeepSpeed) add each micro-batch's gradient in a kernel of its own
-          "grad_accumulation_fusion": megatron and (year is None or year >= 2022),
+          # Megatron's gradient-accumulation fusion lives in the autograd function of its async TP backward; stacks
+          # named as PyTorch's own (DDP/FSDP, Composer, torchtitan) and DeepSpeed add each micro-batch's gradient
+          # in a kernel of their own; an unnamed framework is the planner's default, Megatron-Core
+          "grad_accumulation_fusion": not deepspeed and not native and (year is None or year >= 2022),
           "tp_comm_overlap": bool(re.search(r"tp.comm.overlap|nemo", fw)),
           "overlap_grad_reduce": fsdp or modern or bool(re.search(r"overlap.grad.reduce", fw)),
           "overlap_param_gather": fsdp or modern or bool(re.search(r"overlap.param.gather", fw)),
