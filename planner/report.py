@@ -212,6 +212,9 @@ def print_breakdown(ev, out: Console) -> None:
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
     for line in attention_notes(r, m, res.job, res.runtime):
         out.print(line)
+    if not res.runtime.grad_accumulation_fusion and int(r["num_microbatches"]) > 1:
+        out.print("Compute includes adding each micro-batch's weight gradient to the accumulated one in a kernel of "
+                  "its own (no gradient-accumulation fusion); Megatron's --gradient-accumulation-fusion saves it.")
     if "time_to_train_days" in r:
         provider = r.get("price_provider")
         cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"

@@ -299,3 +299,10 @@ def test_a_search_without_gradient_accumulation_fusion_says_so_and_is_not_faster
     assert best("--no-grad-accumulation-fusion") > best()
     text = CliRunner().invoke(app, ["--model", "8b", "--gpus", "16", "--top", "1", "--no-grad-accumulation-fusion"])
     assert "separate add per micro-batch" in text.output
+
+
+def test_a_pinned_layout_without_gradient_accumulation_fusion_says_what_its_compute_includes():
+    pins = ["--model", "8b", "--gpus", "16", "--tp", "1", "--pp", "1", "--dp", "16", "--zero", "1"]
+    text = CliRunner().invoke(app, pins + ["--no-grad-accumulation-fusion"]).output
+    assert "no gradient-accumulation fusion" in text
+    assert "no gradient-accumulation fusion" not in CliRunner().invoke(app, pins).output
