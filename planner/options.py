@@ -59,7 +59,7 @@ def grad_accumulation_fusion_opt():
     return typer.Option(True, "--grad-accumulation-fusion/--no-grad-accumulation-fusion", help="The weight-gradient "
                         "GEMM accumulates into the fp32 main grads (Megatron --gradient-accumulation-fusion, the "
                         "default); --no-grad-accumulation-fusion: a separate gradient add per micro-batch (Megatron-LM "
-                        "before late 2021, Megatron-DeepSpeed, DeepSpeed's engine).")
+                        "before late 2021, Megatron-DeepSpeed, DeepSpeed's engine, PyTorch DDP/FSDP).")
 
 
 def zero1_all_reduce_opt():
