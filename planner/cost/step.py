@@ -11,7 +11,8 @@ so all but the last chunk's 1/v share hide behind (v − 1)·p/v micro-batch pas
 every micro-batch (ZeRO §7): two all-gathers of the 16-bit parameters and one reduce-scatter of the gradients per
 micro-batch, the gradients in `Precision.grad_bytes` (4 by default: Megatron's fp32 main grads, FSDP's fp32
 reduce_dtype): each micro-batch moves as many bytes as plain DP's one all-reduce per step (1.5 x in the ZeRO
-paper's all-16-bit accounting, grad_bytes=2).
+paper's all-16-bit accounting, grad_bytes=2). Without gradient-accumulation fusion each micro-batch's stage time also
+adds its weight gradient to the accumulation buffer, a memory-bound pass (grad_accumulation_bytes_per_param).
 
 `step_columns` takes one numpy column per knob and returns one column per result: the search calls it on every
 candidate at once and `evaluate` on a single layout, so they cannot disagree.
