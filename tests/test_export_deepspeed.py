@@ -4,13 +4,10 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 import planner
 from planner.errors import PlannerError
 from planner.export import best_supported, blockers, export
-
-runner = CliRunner()
 
 
 def _best(model="405b", gpus=512, **pins):

@@ -5,12 +5,9 @@ import math
 import tomllib
 
 import pytest
-from typer.testing import CliRunner
 
 import planner
 from planner.export import best_supported, blockers, export
-
-runner = CliRunner()
 
 
 def _best(model="405b", gpus=512, **pins):
