@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 from rich.console import Console
 from rich.table import Table
@@ -55,11 +56,16 @@ def config_record(row) -> dict:
 
 def _context(result: SearchResult) -> dict:
     """What a record was priced on: the model, the hardware as this job is placed (a renamed profile names its
-    network), the job's GPUs and sequence length, and the memory limit, so that a record can be checked alone."""
+    network), the job's GPUs and sequence length, the memory limit, and the training stack's runtime features and
+    bytes per element (the runtime as it runs on this hardware: FlashAttention resolved), so that a record can be
+    checked, and re-priced, alone."""
+    runtime = asdict(result.runtime.for_hardware(result.hardware))
     return {"model": {"name": result.model.name, "params": total_params(result.model)},
             "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
             "gpus": result.job.gpus, "seq_len": result.job.seq_len,
-            "memory_capacity_gib": result.capacity_bytes / 2**30}
+            "memory_capacity_gib": result.capacity_bytes / 2**30,
+            "runtime": {k: plain(v) for k, v in runtime.items()},
+            "precision": {k: plain(v) for k, v in asdict(result.precision).items()}}
 
 
 def pinned_record(ev) -> dict:

@@ -196,6 +196,25 @@ def test_a_pinned_json_record_can_be_checked_alone():
     assert rec["fits"] == (rec["memory_gib"] <= rec["memory_capacity_gib"])
 
 
+def test_a_json_record_names_the_runtime_and_precision_it_was_priced_with():
+    """The stack's features travel with the numbers: flags show up as set, FlashAttention as the hardware runs it
+    (on by default on H100, off on V100, which has no fused kernels), and the bytes per element are the default's."""
+    args = ["--model", "8b", "--gpus", "16", "--tp", "2", "--pp", "2", "--dp", "4", "--format", "json"]
+    base = json.loads(runner.invoke(app, args).stdout)
+    assert base["runtime"]["flash_attention"] is True and base["runtime"]["flash_attention_gen"] == 2
+    assert base["runtime"]["grad_accumulation_fusion"] is True and base["runtime"]["zero1_all_reduce"] is False
+    assert base["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2}
+    flagged = json.loads(runner.invoke(app, args + ["--no-grad-accumulation-fusion", "--flash-attention-gen", "1",
+                                                    "--zero1-all-reduce"]).stdout)
+    assert flagged["runtime"]["grad_accumulation_fusion"] is False and flagged["runtime"]["zero1_all_reduce"] is True
+    assert flagged["runtime"]["flash_attention_gen"] == 1
+    changed = {k for k in base["runtime"] if base["runtime"][k] != flagged["runtime"][k]}
+    assert changed == {"grad_accumulation_fusion", "flash_attention_gen", "zero1_all_reduce"}
+    search = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "16", "--hardware", "v100", "--format",
+                                            "json", "--top", "1"]).stdout)
+    assert search["runtime"]["flash_attention"] is False and search["runtime"]["flash_attention_gen"] is None
+
+
 def test_a_plan_on_your_own_node_network(capsys):
     """--nics-per-node/--nic-gbit-per-s price the profile's GPUs on another network (HardwareSpec.with_network):
     the profile's own (DGX A100: 8 HDR NICs of 200 Gb/s) changes nothing, a quarter of it (4 x 100 Gb/s, as on
