@@ -11,9 +11,9 @@ from rich.console import Console
 
 from planner import options
 from planner.errors import PlannerError, flag_name
-from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag,
-                           int_pins, network_flags, on_network, output_format, parse_count, reject_unused,
-                           runtime_flags, usage_error_line)
+from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag, int_pins,
+                           network_flags, on_network, output_format, parse_count, reject_unused, runtime_flags,
+                           usage_error_line)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -149,9 +149,10 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp, cp, pinned, sequence_parallel,
-                            eager_elementwise, pp_scatter_gather, microbatch_groups,
-                            grad_accumulation_fusion, zero1_all_reduce)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp=tp, cp=cp, pinned=pinned,
+                            sequence_parallel=sequence_parallel, eager_elementwise=eager_elementwise,
+                            pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
+                            grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
@@ -303,9 +304,10 @@ def sweep_cmd(
     pins = {k: v for k, v in given.items() if v is not None}
     if sequence_parallel is not None:
         pins["sequence_parallel"] = sequence_parallel
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins.get("tp"), pins.get("cp"),
-                            False, sequence_parallel, eager_elementwise, pp_scatter_gather, microbatch_groups,
-                            grad_accumulation_fusion, zero1_all_reduce)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp=pins.get("tp"), cp=pins.get("cp"),
+                            sequence_parallel=sequence_parallel, eager_elementwise=eager_elementwise,
+                            pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
+                            grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute

@@ -166,7 +166,7 @@ def check_paths(output=None, plot=None) -> None:
         check_plot_path(plot)
 
 
-def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool,
+def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool, *,
                   tp=None, cp=None, pinned: bool = False, sequence_parallel=None, eager_elementwise: bool = False,
                   pp_scatter_gather: bool = False, microbatch_groups: bool = True,
                   grad_accumulation_fusion: bool = True, zero1_all_reduce: bool = False):
