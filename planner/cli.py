@@ -367,7 +367,6 @@ def validate_cmd(
                                                                       "(atomically)."),
 ):
     """Re-predict measured training runs and report the error (the bundled published runs, or your own file)."""
-
     from planner import report, validation_report
     from planner.validate import predict_file, summarize
 
