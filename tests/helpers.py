@@ -1,5 +1,6 @@
-"""Helpers more than one test file uses: the relative-error helper and the HuggingFace config.json documents of the
-models several files build. Each config function returns a fresh dict, so a test may change its copy freely."""
+"""Helpers more than one test file uses: the relative-error helper, the HuggingFace config.json documents of the
+models several files build, and a minimal run in the shared dataset's flat format. Each document function returns a
+fresh dict, so a test may change its copy freely."""
 
 from __future__ import annotations
 
@@ -64,3 +65,18 @@ def zero3_pays_off(m, tp: int, pp: int, dp: int, param_bytes=2, grad_bytes=4) ->
     index = (0, 1 if pp > 2 else 0, pp - 1)                       # the stages memory_breakdown looks at
     costs = [float(zero3_transient_bytes(layer, edge, r == 0, r == pp - 1, prec)) for r in index]
     return all(param_bytes * p_r * (1 - 1 / dp) >= c for p_r, c in zip(stages, costs))
+
+
+# --- The shared dataset's flat run format (planner.shared_runs) ------------------------------------------------------
+
+def flat_run(**fields) -> dict:
+    """A minimal run in the shared dataset's flat format (GPT-3 175B on 1024 A100s); fields override."""
+    base = dict(id="r", group="g", source="s", model="GPT 175B", params_b=None, layers=96, hidden=12288,
+                ffn_hidden=None, heads=96, kv_heads=None, vocab=51200, seq_len=2048, moe=None, gpu="A100 80GB",
+                num_gpus=1024, tp=8, pp=16, dp=None, cp=None, ep=None, vpp=None, model_parallel_size=None,
+                sequence_parallel=None, recompute="full", zero_stage=None, micro_batch=1, global_batch=1536,
+                global_batch_tokens=None, precision="bf16", framework="Megatron-Core", iteration_time_s=30.0,
+                tokens_per_s=None, tokens_per_s_per_gpu=None, measured_tflops_per_gpu=None, measured_mfu=None,
+                measured_hfu=None, measured_pct_of_peak=None, memory_per_gpu_gib=None, peak_tflops_assumed=None,
+                flops_accounting=None, inferred=None)
+    return {**base, **fields}
