@@ -1,32 +1,18 @@
-"""plan sweep, hardware comparison and the time/money/energy budget."""
+"""plan sweep and the hardware comparison: GPU counts, rows, pins and flags, JSON rows. The budget columns they
+carry are test_budget.py."""
 
 import json
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app, parse_count
-from planner.cost import budget
+from planner.cli import app
 from planner.errors import PlannerError
 from planner.search import run_search
 from planner.sweep import compare_hardware, parse_gpu_counts, sweep
 
 runner = CliRunner()
-
-
-def test_budget_formulas_by_hand():
-    # 15e12 tokens at 1e6 tokens/s = 15e6 s = 173.6 days; 1024 GPUs -> 4,266,667 GPU-hours; at $2/GPU-h $8.53M;
-    # 700 W x 1024 x 15e6 s x PUE 1.2 = 12.9e12 J = 3,584 MWh.
-    s = budget.time_to_train_s(15e12, 1e6)
-    assert s == pytest.approx(15e6)
-    h = budget.gpu_hours(1024, s)
-    assert h == pytest.approx(1024 * 15e6 / 3600)
-    assert budget.cost_usd(h, 2.0) == pytest.approx(2 * 1024 * 15e6 / 3600)
-    assert np.isnan(budget.cost_usd(h, None))
-    assert budget.energy_j(1024, s, 700, 1.2) == pytest.approx(12.9024e12, rel=1e-12)        # 3,584 MWh
 
 
 @pytest.mark.parametrize("text, counts", [("256,512,1024", [256, 512, 1024]), ("256..2048", [256, 512, 1024, 2048]),
@@ -39,21 +25,6 @@ def test_parse_gpu_counts(text, counts):
 def test_parse_gpu_counts_rejects(bad):
     with pytest.raises(PlannerError):
         parse_gpu_counts(bad)
-
-
-def test_parse_token_counts():
-    assert parse_count("15T", "--tokens") == 15 * 10**12
-    assert parse_count("1.5B", "--tokens") == 1_500_000_000
-    assert parse_count("16M", "--global-batch-tokens", binary=True) == 16 * 2**20
-    assert parse_count("1e12", "--tokens") == parse_count("1T", "--tokens") == 10**12
-    assert parse_count("1.5e13", "--tokens") == 15 * 10**12 and parse_count("2e3k", "--tokens") == 2 * 10**6
-    # exact decimal arithmetic: 8.2 x 10^12 in floats is 8199999999999.999 (was refused as not whole)
-    assert parse_count("8.2T", "--tokens") == 8_200_000_000_000 and parse_count("2.01T", "--tokens") == 2_010 * 10**9
-    assert parse_count("9007199254740993", "--tokens") == 9007199254740993          # 2^53 + 1, not rounded
-    assert parse_count("4.5Mi", "--global-batch-tokens", binary=True) == 4.5 * 2**20
-    for bad in ("lots", "1e", "e12", "1e999", "1.5e-1"):
-        with pytest.raises(PlannerError):
-            parse_count(bad, "--tokens")
 
 
 def test_sweep_rows_are_each_counts_best_layout():
@@ -189,34 +160,6 @@ def test_sweep_and_comparison_take_the_pins_search_takes():
     assert list(df.status) == ["ok", "no valid layout"] and df.reason[1] == "tp: tp(8) does not divide gpus(12)"
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(tokens=-5), "tokens"), (dict(tokens="lots"), "tokens"), (dict(tokens=True), "tokens"),
-    (dict(tokens=float("inf")), "tokens"), (dict(tokens=1e12, price_usd_per_gpu_hour=float("inf")),
-                                           "price_usd_per_gpu_hour"),
-    (dict(tokens=1e12, price_usd_per_gpu_hour=-1), "price_usd_per_gpu_hour"), (dict(tokens=1e12, pue=0.5), "pue"),
-    (dict(pue=1.2), "pue"), (dict(price_usd_per_gpu_hour=2.0), "price_usd_per_gpu_hour"),
-])
-def test_library_budget_is_checked_like_the_flags(kwargs, field):
-    """The library took a negative budget or a PUE below 1 and printed negative days or too little energy; the
-    check the flags use (sweep.budget_arguments) now runs first, naming the keyword. A price or PUE without tokens
-    would be ignored: refused, as on the command line."""
-    for call in (lambda: sweep("8b", "8,16", **kwargs), lambda: compare_hardware("8b", 8, "h100-sxm,b200", **kwargs)):
-        with pytest.raises(PlannerError) as info:
-            call()
-        assert info.value.field == field
-    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8", "--tokens", "15T", "--pue", "5"])
-    assert res.exit_code == 2 and "error: --pue: got 5.0" in res.output
-
-
-def test_library_takes_the_command_lines_count_strings():
-    """tokens='15T' (or '1.5e13') and global_batch_tokens='16M' mean what --tokens and --global-batch-tokens do."""
-    a = sweep("8b", "8", tokens="15T", global_batch_tokens="4M")
-    b = sweep("8b", "8", tokens=15e12, global_batch_tokens=4 * 2**20)
-    c = sweep("8b", "8", tokens="1.5e13", global_batch_tokens="4Mi")
-    assert a.time_to_train_days[0] == b.time_to_train_days[0] == c.time_to_train_days[0]
-    assert a.global_batch[0] == b.global_batch[0] == 4 * 2**20 // 8192
-
-
 def test_sweep_cli_takes_layout_pins():
     """`plan sweep` pins like the search: every row keeps the pinned TP, recompute and ZeRO stage, a count with no
     valid layout under the pins says why (10 GPUs at TP 2 and ZeRO-1: DP 5 does not divide 1,024 sequences, and
@@ -276,23 +219,6 @@ def test_a_sweep_row_is_plans_best_layout_under_the_same_flags(model, base, flag
         assert {k: row[k] for k in keys} != {k: json.loads(without.stdout)["rows"][0][k] for k in keys}
 
 
-def test_a_comparison_says_when_its_prices_come_from_different_providers():
-    from planner.report import price_note
-
-    df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
-    providers = dict(zip(df.hardware, df.price_provider))
-    assert providers["h100-sxm"] == "Lambda" and providers["h200-sxm"] == "AWS" and pd.isna(providers["mi300x"])
-    assert price_note(df).startswith("Costs use prices from different providers (AWS: h200-sxm; Lambda: "
-                                           "h100-sxm)")
-    assert price_note(compare_hardware("8b", 8, "h100-sxm,b200", tokens=1e12)).startswith(       # both Lambda
-        "Costs use the profile's Lambda on-demand price")
-    same = compare_hardware("8b", 8, "h100-sxm,h200-sxm", tokens=1e12, price_usd_per_gpu_hour=2.0)
-    assert set(same.price_provider) == {"given"} and price_note(same) == "Costs use your --price-per-gpu-hour."
-    assert price_note(compare_hardware("8b", 8, "h100-sxm,b200")) is None                     # no costs
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,h200-sxm", "--tokens", "1T"])
-    assert res.exit_code == 0 and "not like for like" in res.output
-
-
 def test_sweep_and_comparison_json_rows_are_configs():
     """An ok row has the search's public config shape (breakdowns nested), with the same numbers; a row without a
     layout says only what is known."""
@@ -324,75 +250,6 @@ def test_a_row_without_a_layout_has_none_in_integer_and_boolean_columns():
     ok, empty = df[df.status == "ok"].iloc[0], df[df.status != "ok"].iloc[0]
     assert empty.tp is None and empty.sequence_parallel is None and empty.zero_stage is None
     assert isinstance(ok.tp, int) and isinstance(ok.sequence_parallel, bool)
-
-
-def test_search_and_evaluate_take_a_token_budget_as_plan_does():
-    """`plan --tokens 15T` gives a layout's days, GPU-hours, cost and energy; the library's search and evaluate take
-    tokens= (and price, PUE) too, with the same figures and the same refusal of a PUE without tokens."""
-    import json
-
-    import planner
-
-    pins = dict(tp=8, pp=16, dp=4, micro_batch=1, recompute="selective", zero_stage=1, vpp=4, sequence_parallel=True)
-    ev = planner.evaluate("405b", 512, tokens="15T", **pins)
-    argv = ["--model", "405b", "--gpus", "512", "--tp", "8", "--pp", "16", "--dp", "4", "--micro-batch", "1",
-            "--recompute", "selective", "--zero", "1", "--vpp", "4", "--sequence-parallel", "--tokens", "15T",
-            "--format", "json"]
-    doc = json.loads(runner.invoke(app, argv).stdout)
-    for key in ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh"):
-        assert ev.row[key] == pytest.approx(doc[key], rel=1e-12), key
-    assert ev.row["time_to_train_days"] == pytest.approx(15e12 / ev.row["tokens_per_s"] / 86400, rel=1e-12)
-    df = planner.search("8b", 64, tokens=15e12, price_usd_per_gpu_hour=2.0)
-    assert np.allclose(df["cost_usd"], df["gpu_hours"] * 2.0, rtol=1e-12)
-    assert np.allclose(df["gpu_hours"], 64 * df["time_to_train_days"] * 24, rtol=1e-12)
-    with pytest.raises(planner.PlannerError, match="^pue: only applies to a token budget"):
-        planner.search("8b", 64, pue=1.3)
-
-
-def test_a_budget_under_one_step_is_refused_in_the_library_too():
-    """15 tokens where 15T was meant: every entry point that prices a budget says so, naming one step's tokens."""
-    import planner
-
-    for call in (lambda: planner.search("8b", 8, tokens=15),
-                 lambda: planner.evaluate("8b", 8, tp=1, pp=1, dp=8, tokens=15),
-                 lambda: planner.sweep("8b", "8,16", tokens=15)):
-        with pytest.raises(PlannerError, match="fewer than one step's 16,777,216 tokens"):
-            call()
-    assert planner.search("8b", 8, tokens=16 * 2**20)["time_to_train_days"].notna().all()     # exactly one step
-
-
-
-def test_a_cost_of_n_a_says_which_profile_has_no_price_and_how_to_give_one():
-    from planner.report import price_note
-
-    df = compare_hardware("8b", 8, "h100-sxm,h200-sxm,mi300x", tokens=1e12)
-    assert price_note(df).endswith("Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour "
-                                   "gives one (to every row).")
-    mixed = compare_hardware("8b", 8, "mi300x,gb200", tokens=1e12)
-    assert price_note(mixed) == ("Cost n/a: the gb200, mi300x profiles carry no sourced price; --price-per-gpu-hour "
-                                 "gives one (to every row).")
-    assert price_note(compare_hardware("8b", 8, "mi300x,gb200", tokens=1e12, price_usd_per_gpu_hour=2.0)) == \
-        "Costs use your --price-per-gpu-hour."
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "mi300x", "--tokens", "1T"])
-    assert res.exit_code == 0
-    assert "Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour gives one." in \
-        " ".join(res.output.split())
-    res = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm", "--tokens", "1T"])
-    assert res.exit_code == 0 and "Cost n/a" not in res.output
-
-
-def test_rows_where_nothing_fits_are_not_called_unpriced():
-    """A row without a fitting layout has no cost because it has no rate, not for want of a price."""
-    from planner.report import price_note
-
-    df = compare_hardware("70b", 16, "h100-sxm,b200,mi300x", tokens=1e12)
-    assert not df.set_index("hardware").loc["h100-sxm", "fits"]                      # 70B on 16 H100s: none fits
-    assert price_note(df).endswith("Cost n/a: the mi300x profile carries no sourced price; --price-per-gpu-hour "
-                                   "gives one (to every row).")
-    given = compare_hardware("70b", 16, "h100-sxm,b200", tokens=1e12, price_usd_per_gpu_hour=3.0)
-    assert price_note(given) == "Costs use your --price-per-gpu-hour."
-    res = runner.invoke(app, ["sweep", "--model", "70b", "--gpus", "8..32", "--tokens", "1T"])
-    assert res.exit_code == 0 and "Cost n/a" not in res.output
 
 
 def test_different_hardware_files_that_share_a_name_are_compared_by_path(tmp_path):
