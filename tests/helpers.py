@@ -1,6 +1,6 @@
 """Helpers more than one test file uses: the relative-error helper, the HuggingFace config.json documents of the
-models several files build, and a minimal run in the shared dataset's flat format. Each document function returns a
-fresh dict, so a test may change its copy freely."""
+models several files build, a minimal run in the shared dataset's flat format, and the memory parts by keyword.
+Each document function returns a fresh dict, so a test may change its copy freely."""
 
 from __future__ import annotations
 
@@ -80,3 +80,14 @@ def flat_run(**fields) -> dict:
                 measured_hfu=None, measured_pct_of_peak=None, memory_per_gpu_gib=None, peak_tflops_assumed=None,
                 flops_accounting=None, inferred=None)
     return {**base, **fields}
+
+
+# --- memory -------------------------------------------------------------------------------------------------------------
+
+def memory_parts(m, *, tp, pp, dp, b, mb, vpp, sp, rc, zero, s, flash):
+    """Memory parts (bytes) of the most loaded stage, with a 2 GiB framework overhead, by keyword."""
+    from planner.cost import memory
+
+    parts, _ = memory.memory_breakdown(m, s, tp, pp, dp, b, mb, vpp, sp, rc, zero, flash_attention=flash,
+                                       overhead_bytes=2 * 2**30)
+    return parts
