@@ -54,18 +54,22 @@ def config_record(row) -> dict:
     return rec
 
 
+def priced_with(result: SearchResult) -> dict:
+    """The training stack's runtime features and bytes per element a result was priced with (the runtime as it runs
+    on this hardware: FlashAttention resolved)."""
+    runtime = asdict(result.runtime.for_hardware(result.hardware))
+    return {"runtime": {k: plain(v) for k, v in runtime.items()},
+            "precision": {k: plain(v) for k, v in asdict(result.precision).items()}}
+
+
 def _context(result: SearchResult) -> dict:
     """What a record was priced on: the model, the hardware as this job is placed (a renamed profile names its
-    network), the job's GPUs and sequence length, the memory limit, and the training stack's runtime features and
-    bytes per element (the runtime as it runs on this hardware: FlashAttention resolved), so that a record can be
-    checked, and re-priced, alone."""
-    runtime = asdict(result.runtime.for_hardware(result.hardware))
+    network), the job's GPUs and sequence length, the memory limit, the runtime and the precision, so that a record
+    can be checked, and re-priced, alone."""
     return {"model": {"name": result.model.name, "params": total_params(result.model)},
             "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
             "gpus": result.job.gpus, "seq_len": result.job.seq_len,
-            "memory_capacity_gib": result.capacity_bytes / 2**30,
-            "runtime": {k: plain(v) for k, v in runtime.items()},
-            "precision": {k: plain(v) for k, v in asdict(result.precision).items()}}
+            "memory_capacity_gib": result.capacity_bytes / 2**30, **priced_with(result)}
 
 
 def pinned_record(ev) -> dict:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.explain import recompute_label, zero_label
-from planner.report import LAYOUT_KEYS, fmt_rate, plain
+from planner.report import LAYOUT_KEYS, fmt_rate, plain, priced_with
 
 _METRIC_LABELS = {"iteration_time_s": "step s", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
                   "tflops_per_gpu": "TFLOP/s/GPU", "mfu": "MFU"}
@@ -45,7 +45,7 @@ def validation_record(p) -> dict:
         rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
                    measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,
                    fits=p.fits, memory_gib=plain(p.evaluation.row["memory_gib"]),
-                   layout={k: plain(p.evaluation.row[k]) for k in LAYOUT_KEYS})
+                   layout={k: plain(p.evaluation.row[k]) for k in LAYOUT_KEYS}, **priced_with(p.evaluation.result))
         if p.run.measured.memory_gib is not None:
             rec["measured_memory_gib"] = p.run.measured.memory_gib
     return rec
@@ -58,7 +58,8 @@ def validation_csv(preds) -> str:
     rows = []
     for p in preds:
         rec = validation_record(p)
-        rec.pop("assumptions", None)
+        for key in ("assumptions", "runtime", "precision"):       # the JSON's nested context stays there
+            rec.pop(key, None)
         rec["searched_knobs"] = " ".join(rec["searched_knobs"])
         rec.update(rec.pop("layout", {}))
         rec.update({f"network_{k}": v for k, v in rec.pop("network", {}).items()})

@@ -233,3 +233,19 @@ def test_a_run_on_a_cluster_with_fewer_nics_is_priced_on_its_network(tmp_path):
 ])
 def test_a_bad_run_network_names_the_field(tmp_path, capsys, changes, needles):
     assert_mentions(bad_line(capsys, "validate", _run_file_with(tmp_path, **changes)), *needles)
+
+
+def test_a_runs_json_record_names_the_runtime_and_precision_it_was_priced_with(tmp_path):
+    """Each predicted run's JSON carries the runtime and precision it was priced with: the run file's own fields as
+    given (GPT-NeoX-20B: no FlashAttention, no gradient-accumulation fusion, 16-bit gradients), the rest at their
+    defaults; the CSV stays flat without them."""
+    data = yaml.safe_load(BUNDLED_RUNS.read_text())
+    run = next(r for r in data["runs"] if r["id"] == "gpt_neox_20b_96gpu")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    rec = json.loads(runner.invoke(app, ["validate", str(path), "--format", "json"]).stdout)["runs"][0]
+    assert {k: rec["runtime"][k] for k in run["runtime"]} == run["runtime"]
+    assert rec["runtime"]["flash_attention_gen"] is None and rec["runtime"]["rank_order"] == "dp-pp"
+    assert rec["precision"] == {"param_bytes": 2, "grad_bytes": 2, "optimizer_bytes": 12, "activation_bytes": 2}
+    header = runner.invoke(app, ["validate", str(path), "--format", "csv"]).stdout.splitlines()[0].split(",")
+    assert "runtime" not in header and "grad_accumulation_fusion" not in header
