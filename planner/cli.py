@@ -239,7 +239,7 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
         df = df.assign(reason=[flag_name(r) if isinstance(r, str) else r for r in df["reason"]])
 
     if fmt is Format.json:
-        _emit(report.json_text({"title": title, "rows": report.frame_records(df)}), output)
+        _emit(report.json_text(report.frame_document(title, df)), output)
     elif fmt is Format.csv:
         _emit(df.to_csv(index=False), output)
     else:

@@ -54,12 +54,14 @@ def config_record(row) -> dict:
     return rec
 
 
-def priced_with(result: SearchResult) -> dict:
-    """The training stack's runtime features and bytes per element a result was priced with (the runtime as it runs
-    on this hardware: FlashAttention resolved)."""
-    runtime = asdict(result.runtime.for_hardware(result.hardware))
-    return {"runtime": {k: plain(v) for k, v in runtime.items()},
-            "precision": {k: plain(v) for k, v in asdict(result.precision).items()}}
+def priced_with(runtime, precision, hardware=None) -> dict:
+    """The training stack's runtime features and bytes per element a result was priced with, JSON-ready. On
+    `hardware` (a HardwareSpec) the runtime is as it runs there (FlashAttention resolved); without it, as given
+    (flash_attention None: as each profile runs it)."""
+    if hardware is not None:
+        runtime = runtime.for_hardware(hardware)
+    return {"runtime": {k: plain(v) for k, v in asdict(runtime).items()},
+            "precision": {k: plain(v) for k, v in asdict(precision).items()}}
 
 
 def _context(result: SearchResult) -> dict:
@@ -69,7 +71,8 @@ def _context(result: SearchResult) -> dict:
     return {"model": {"name": result.model.name, "params": total_params(result.model)},
             "hardware": {"name": result.hardware.name, "gpus_per_node": result.hardware.gpus_per_node},
             "gpus": result.job.gpus, "seq_len": result.job.seq_len,
-            "memory_capacity_gib": result.capacity_bytes / 2**30, **priced_with(result)}
+            "memory_capacity_gib": result.capacity_bytes / 2**30,
+            **priced_with(result.runtime, result.precision, result.hardware)}
 
 
 def pinned_record(ev) -> dict:
@@ -335,6 +338,13 @@ def summary_table(df, title: str, first: str) -> Table:
                       f"{r['energy_mwh']:,.0f}"]
         t.add_row(*cells)
     return t
+
+
+def frame_document(title: str, df) -> dict:
+    """A sweep's or comparison's JSON: its title, the runtime and precision its rows were priced with (the frame's
+    attributes, when set) and the rows."""
+    priced = priced_with(df.attrs["runtime"], df.attrs["precision"]) if "runtime" in df.attrs else {}
+    return {"title": title, **priced, "rows": frame_records(df)}
 
 
 def frame_records(df) -> list[dict]:

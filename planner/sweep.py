@@ -12,7 +12,7 @@ from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError, library_api
 from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
-from planner.specs.strategy import MAX_GPUS, Runtime
+from planner.specs.strategy import MAX_GPUS, Precision, Runtime
 
 MAX_SWEEP_POINTS = 64
 MAX_PRICE_USD_PER_GPU_HOUR = 1e6       # above this a price is a typo (and costs stay finite)
@@ -175,8 +175,9 @@ def _frame(rows: list[dict], errors: list):
 def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
           pue=None, **search_kwargs):
     """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame. Layout knobs
-    may be pinned as in `search` (tp=8, recompute="full", or pins=Pins(...)). A PlannerError when no count has a
-    valid layout."""
+    may be pinned as in `search` (tp=8, recompute="full", or pins=Pins(...)); `df.attrs` names the hardware, the
+    token budget, and the runtime and precision the rows were priced with. A PlannerError when no count has a valid
+    layout."""
     from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
 
@@ -197,8 +198,16 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     if tokens is not None:
         add_budget_columns(df, tokens, df["gpus"].to_numpy(), hw, price_usd_per_gpu_hour, pue)
     df["hardware"] = hw.name                     # rows stand alone in CSV and JSON (a renamed profile names its network)
-    df.attrs.update(hardware=hw.name, tokens=tokens)
+    df.attrs.update(hardware=hw.name, tokens=tokens, **_priced_with(search_kwargs, hw))
     return df
+
+
+def _priced_with(search_kwargs: dict, hw=None) -> dict:
+    """The runtime (as it runs on `hw`, when one profile prices every row) and precision the rows were priced with:
+    frame attributes the JSON output records."""
+    runtime = search_kwargs.get("runtime") or Runtime()
+    return {"runtime": runtime if hw is None else runtime.for_hardware(hw),
+            "precision": search_kwargs.get("precision") or Precision()}
 
 
 @library_api
@@ -253,7 +262,9 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     key, ascending = SORT_KEYS[sort]
     if key not in df:
         raise PlannerError("--sort", f"sorting by {sort} needs --tokens")
-    return df.sort_values(key, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
+    df = df.sort_values(key, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
+    df.attrs.update(_priced_with(search_kwargs))          # as given: FlashAttention None is each profile's own
+    return df
 
 
 SORT_KEYS = {"throughput": ("tokens_per_s", False), "time": ("time_to_train_days", True), "cost": ("cost_usd", True)}

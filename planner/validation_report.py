@@ -42,10 +42,12 @@ def validation_record(p) -> dict:
     if p.run.network is not None:
         rec["network"] = p.run.network.model_dump()
     if p.error is None:
+        res = p.evaluation.result
         rec.update(predicted=p.predicted_value, throughput_error=p.throughput_error,
                    measured_step_time_s=p.measured_step_s, predicted_step_time_s=p.predicted_step_s,
                    fits=p.fits, memory_gib=plain(p.evaluation.row["memory_gib"]),
-                   layout={k: plain(p.evaluation.row[k]) for k in LAYOUT_KEYS}, **priced_with(p.evaluation.result))
+                   layout={k: plain(p.evaluation.row[k]) for k in LAYOUT_KEYS},
+                   **priced_with(res.runtime, res.precision, res.hardware))
         if p.run.measured.memory_gib is not None:
             rec["measured_memory_gib"] = p.run.measured.memory_gib
     return rec

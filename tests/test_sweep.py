@@ -234,6 +234,20 @@ def test_sweep_and_comparison_json_rows_are_configs():
     assert all("time_breakdown_s" in row and "compute_s" not in row for row in doc["rows"])
 
 
+def test_sweep_and_comparison_json_name_the_runtime_and_precision_they_were_priced_with():
+    """As a search's JSON does: a sweep's runtime as its profile runs it (V100: no FlashAttention), flags as set; a
+    comparison's as given (FlashAttention null: as each profile runs it, here off on V100 and on on H100)."""
+    sweep_doc = json.loads(runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "8,16", "--hardware", "v100",
+                                               "--no-grad-accumulation-fusion", "--format", "json"]).stdout)
+    assert sweep_doc["runtime"]["flash_attention"] is False and sweep_doc["runtime"]["flash_attention_gen"] is None
+    assert sweep_doc["runtime"]["grad_accumulation_fusion"] is False
+    assert sweep_doc["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2}
+    both = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,v100",
+                                          "--zero1-all-reduce", "--format", "json"]).stdout)
+    assert both["runtime"]["flash_attention"] is None and both["runtime"]["zero1_all_reduce"] is True
+    assert list(both) == ["title", "runtime", "precision", "rows"]
+
+
 def test_sweep_columns_keep_their_order_whichever_count_comes_first():
     """CSV readers go by position: a sweep whose first count fits nothing has the same columns, in the same order,
     as one whose first count fits."""
