@@ -261,3 +261,22 @@ def test_readme_strong_scaling_figures(tmp_path):
     path.write_text(yaml.safe_dump(model))
     df = planner.sweep(str(path), [96, 4608], hardware="h100-sxm", runtime=planner.Runtime(tp_comm_overlap=True))
     assert [round(100 * x, 1) for x in df["mfu"]] == [46.9, 45.9]
+
+
+def test_flat_rings_would_explain_the_mpt_70b_40gb_row_alone(preds):
+    """README "Where it is off": priced with topology-unaware rings, MPT-70B on 64 A100-40GB drops from +35% to about
+    -10%, the A100-40GB table's other rows barely move, and the communication-bound rows of the A100-80GB and H100
+    tables (same 1600 Gbps RoCE header for the 80GB one) go far too slow: nothing supports that network for one
+    cluster only, so the bundled runs keep hierarchical collectives."""
+    def flat(run_id):
+        run = preds[run_id].run
+        return predict(run.model_copy(update={"runtime": run.runtime.model_copy(
+            update={"hierarchical_collectives": False})})).throughput_error
+
+    assert preds["mosaic_mpt70b_a10040gb_64gpu"].throughput_error > 0.3
+    assert -0.12 < flat("mosaic_mpt70b_a10040gb_64gpu") < -0.09
+    others = [rid for rid, p in preds.items() if p.run.hardware == "a100-40gb" and rid.startswith("mosaic_")
+              and rid != "mosaic_mpt70b_a10040gb_64gpu"]
+    assert len(others) == 4
+    assert all(abs(flat(rid) - preds[rid].throughput_error) < 0.005 for rid in others)
+    assert flat("mosaic_mpt70b_a10080gb_32gpu") < -0.25 and flat("mosaic_mpt13b_h10080gb_64gpu") < -0.5
