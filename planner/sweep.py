@@ -227,7 +227,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
     pins = pop_pins(search_kwargs, "compare_hardware", ("model", "gpus", "hardware", "find_min_gpus"))
     m = load_model(model)
-    runtime = search_kwargs.get("runtime") or Runtime()
+    priced = _priced_with(search_kwargs)          # as given: FlashAttention None is each profile's own
     profiles, given = [], {}                      # given: a profile name -> [(index, name or spec, label)]
     for name in names:                            # every profile checked before any search
         hw = load_hardware(name)
@@ -246,7 +246,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
                 profiles[i] = replace(profiles[i], name=f"{hw.name} ({source})")
             hw = replace(hw, name=f"{hw.name} ({name})")
         namesakes.append((len(profiles), name, label))
-        runtime.for_hardware(hw)                  # a runtime feature a profile cannot run is the caller's error
+        priced["runtime"].for_hardware(hw)        # a runtime feature a profile cannot run is the caller's error
         profiles.append(hw)
     rows, errors = [], []
     for hw in profiles:
@@ -263,7 +263,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     if key not in df:
         raise PlannerError("--sort", f"sorting by {sort} needs --tokens")
     df = df.sort_values(key, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
-    df.attrs.update(_priced_with(search_kwargs))          # as given: FlashAttention None is each profile's own
+    df.attrs.update(priced)
     return df
 
 
