@@ -342,9 +342,8 @@ def summary_table(df, title: str, first: str) -> Table:
 
 def frame_document(title: str, df) -> dict:
     """A sweep's or comparison's JSON: its title, the runtime and precision its rows were priced with (the frame's
-    attributes, when set) and the rows."""
-    priced = priced_with(df.attrs["runtime"], df.attrs["precision"]) if "runtime" in df.attrs else {}
-    return {"title": title, **priced, "rows": frame_records(df)}
+    attributes, which planner.sweep and compare_hardware set) and the rows."""
+    return {"title": title, **priced_with(df.attrs["runtime"], df.attrs["precision"]), "rows": frame_records(df)}
 
 
 def frame_records(df) -> list[dict]:

@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import planner
 from planner.cli import app
 from planner.specs.hardware import load_hardware
 
@@ -210,7 +211,7 @@ def test_a_json_record_names_the_runtime_and_precision_it_was_priced_with():
     assert flagged["runtime"]["flash_attention_gen"] == 1
     changed = {k for k in base["runtime"] if base["runtime"][k] != flagged["runtime"][k]}
     assert changed == {"grad_accumulation_fusion", "flash_attention_gen", "zero1_all_reduce"}
-    import planner       # the record re-prices alone: its layout, runtime and precision give its step time back
+    # the record re-prices alone: its layout, runtime and precision give its step time back
     layout = {k: flagged[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sequence_parallel", "recompute",
                                       "zero_stage", "dp_replicate")}
     again = planner.evaluate("8b", 16, **layout, runtime=planner.Runtime(**flagged["runtime"]),
