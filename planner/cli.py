@@ -149,16 +149,16 @@ def plan(
     zero_stage = zero_code(zero) if zero is not None else None
     batch_tokens = (parse_count(global_batch_tokens, "--global-batch-tokens", binary=True)
                     if global_batch_tokens else None)
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp=tp, cp=cp, pinned=pinned,
-                            sequence_parallel=sequence_parallel, eager_elementwise=eager_elementwise,
+    pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
+                recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage,
+                dp_replicate=dp_replicate)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins=pins, pinned=pinned,
+                            eager_elementwise=eager_elementwise,
                             pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
                             grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
-    pins = dict(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, sequence_parallel=sequence_parallel,
-                recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage,
-                dp_replicate=dp_replicate)
     out = _out()
     top = 10 if top is None else top
 
@@ -304,15 +304,15 @@ def sweep_cmd(
     pins = {k: v for k, v in given.items() if v is not None}
     if sequence_parallel is not None:
         pins["sequence_parallel"] = sequence_parallel
-    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, tp=pins.get("tp"), cp=pins.get("cp"),
-                            sequence_parallel=sequence_parallel, eager_elementwise=eager_elementwise,
-                            pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
-                            grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
     if recompute is not None:
         recompute_code(recompute)
         pins["recompute"] = recompute
     if zero is not None:
         pins["zero_stage"] = zero_code(zero)
+    runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins=pins,
+                            eager_elementwise=eager_elementwise,
+                            pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
+                            grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
 
     budget = budget_options(tokens, price, pue)
     fmt = output_format(fmt, output)

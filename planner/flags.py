@@ -167,26 +167,41 @@ def check_paths(output=None, plot=None) -> None:
 
 
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool, *,
-                  tp=None, cp=None, pinned: bool = False, sequence_parallel=None, eager_elementwise: bool = False,
+                  pins: dict, pinned: bool = False, eager_elementwise: bool = False,
                   pp_scatter_gather: bool = False, microbatch_groups: bool = True,
                   grad_accumulation_fusion: bool = True, zero1_all_reduce: bool = False):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
     then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
-    feature the pinned layout cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
+    feature the pinned knobs (`pins`: tp, cp, pp, vpp, sequence_parallel, zero_stage; None or absent when searched)
+    cannot use is an error (CP is 1 when TP, PP and DP are pinned without --cp)."""
     from planner.specs.strategy import FLASH_GENERATIONS, Runtime
 
+    tp, cp, pp, vpp, sp, zero = (pins.get(k) for k in ("tp", "cp", "pp", "vpp", "sequence_parallel", "zero_stage"))
     if cp_comm not in ("ring", "allgather"):
         raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
     gen = flash_gen.strip() if flash_gen is not None else None
     if gen is not None and gen not in [str(g) for g in FLASH_GENERATIONS]:
         raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
-    if tp_comm_overlap and sequence_parallel is False:        # Megatron asserts it; the cost model ignores it
+    if tp_comm_overlap and sp is False:        # Megatron asserts it; the cost model ignores it
         raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
     if tp_comm_overlap and tp == 1:
         raise PlannerError("--tp-comm-overlap", "overlaps TP communication, and --tp 1 has none; drop one of them")
     if cp_comm == "allgather" and (cp == 1 or (pinned and cp is None)):
         raise PlannerError("--cp-comm", "allgather is how CP exchanges K and V, and the pinned layout has CP 1 "
                                         "(--cp 1, or TP, PP and DP pinned without --cp); drop one")
+    # Each of these changes one mechanism only (cost.step): a layout pinned without it would price it as not given.
+    unused = [("--zero1-all-reduce", zero1_all_reduce and zero is not None and zero != 1,
+               f"changes how ZeRO-1 reduces the gradients, and --zero {zero} is pinned"),
+              ("--pp-scatter-gather", pp_scatter_gather and pp == 1, "splits pipeline sends, and --pp 1 has none"),
+              ("--pp-scatter-gather", pp_scatter_gather and tp == 1,
+               "splits pipeline sends over the TP ranks, and --tp 1 has a single rank"),
+              ("--pp-scatter-gather", pp_scatter_gather and sp is True,
+               "splits pipeline sends over the TP ranks, as sequence parallelism (pinned on) already does"),
+              ("--no-microbatch-groups", not microbatch_groups and (pp == 1 or vpp == 1),
+               f"limits interleaved pipelines, and --{'pp' if pp == 1 else 'vpp'} 1 has none")]
+    for flag, ignored, why in unused:
+        if ignored:
+            raise PlannerError(flag, f"{why}; drop one of them")
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise,
                    pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,

@@ -114,6 +114,9 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
     hw = hw.for_job(job.gpus)                   # GB200: a job beyond one NVLink domain fills segments of it
+    if allow_cross_node_tp and pins.tp is not None and checked_int(pins.tp, "--tp") <= hw.gpus_per_node:
+        raise PlannerError("--allow-cross-node-tp", f"lets TP span nodes, and the pinned --tp {pins.tp} fits in "
+                                                    f"one node of {hw.gpus_per_node} GPUs; drop one of them")
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB
     if not (is_real(headroom_gib) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
