@@ -14,6 +14,7 @@ from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag, int_pins,
                            network_flags, on_network, output_format, parse_count, reject_unused, runtime_flags,
                            usage_error_line)
+from planner.output import EXIT_BROKEN_PIPE, console
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -23,20 +24,12 @@ EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
 _USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def _console(stderr: bool = False) -> Console:
-    """Rich console; when not a terminal (pipes, files, CI), wide enough for the layouts table."""
-    console = Console(stderr=stderr, soft_wrap=True)
-    if not console.is_terminal and console.width < 160:
-        console = Console(stderr=stderr, soft_wrap=True, width=160)
-    return console
-
-
 def _out() -> Console:
-    return _console()
+    return console()
 
 
 def _err() -> Console:
-    return _console(stderr=True)
+    return console(stderr=True)
 
 
 def handle_errors(fn):
@@ -395,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     except PlannerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = EXIT_BAD_INPUT
+    except SystemExit as exc:      # click exits 1 on a closed stdout, which here would read as "nothing fits"
+        if exc.code != 1 or type(sys.stdout).__name__ != "PacifyFlushWrapper":
+            raise
+        code = EXIT_BROKEN_PIPE
     if argv is None:
         sys.exit(code or 0)
     return code or 0

@@ -1,4 +1,5 @@
-"""Output files: a path checked before the work, then written atomically. Every OSError names the flag."""
+"""Output: the terminal's console, and files (a path checked before the work, then written atomically; every OSError
+names the flag)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,31 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+
 from planner.errors import PlannerError
 
 _TMP_NAME_CHARS = 200        # of the target's name in the temporary file's: ".NAME.XXXXXXXX.tmp" stays <= 255
+
+
+EXIT_BROKEN_PIPE = 128 + 13      # stdout closed early (plan ... | head): what a shell reports after SIGPIPE
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich exits 1 when the reader goes away, which from `plan` means "nothing fits": exit as SIGPIPE would."""
+        try:
+            super().on_broken_pipe()
+        except SystemExit:
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+def console(stderr: bool = False) -> Console:
+    """Rich console; when not a terminal (pipes, files, CI), wide enough for the layouts table."""
+    out = _Console(stderr=stderr, soft_wrap=True)
+    if not out.is_terminal and out.width < 160:
+        out = _Console(stderr=stderr, soft_wrap=True, width=160)
+    return out
 
 
 def check_writable(path, flag: str = "--output") -> Path:

@@ -122,6 +122,17 @@ def test_python_dash_m_planner():
     assert best["tp"] * best["cp"] * best["pp"] * best["dp"] == 8
 
 
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_reader_that_stops_early_is_not_nothing_fits(fmt):
+    """`plan ... | head`: the reader goes away before the output is written. rich (tables) and click (plain prints)
+    would exit 1, which `plan` reserves for "nothing fits"; it exits 141, as a shell reports a SIGPIPE, quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "planner", "--model", "8b", "--gpus", "8", "--format", fmt],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                  # before the child has written anything: its first write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
 def test_installed_plan_command_runs_from_another_directory(tmp_path):
     """The console script finds its bundled hardware profiles wherever it runs."""
     exe = shutil.which("plan", path=os.path.dirname(sys.executable)) or shutil.which("plan")
