@@ -14,7 +14,7 @@ from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
                              recompute_label, rejection_summary, why_first, zero_label)
-from planner.search import SearchResult, min_gpus_text
+from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
 
 CONVENTIONS = {
@@ -182,7 +182,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
                       "HBM: tight, inside the fragmentation headroom; --headroom-gib 0 accepts it." if tight else "."))
         unit = "hosts" if hw.gpus_per_host else "nodes"
         if len(result.closest):
-            err.print(f"Smallest GPU count (whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
+            within = " or ".join(map(str, counts_within_unit(result.job.gpus, hw.alloc_gpus)))
+            within = f"{within} GPUs, then " if within else ""
+            err.print(f"Smallest GPU count ({within}whole {hw.alloc_gpus}-GPU {unit}) with a layout that fits"
                       f"{' these pins' if pins else ''}: {min_gpus_text(result)}.")
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     unfused = ("" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)") + (

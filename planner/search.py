@@ -220,7 +220,8 @@ def scan_limit(hw: HardwareSpec, max_gpus: int = MAX_GPUS_TRIED) -> int:
 def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, precision, runtime,
                           max_gpus=MAX_GPUS_TRIED) -> int | None:
     """Smallest GPU count above job.gpus, in whole allocation units (nodes, or hosts where the profile says so),
-    with a layout that fits (global batch kept), or None.
+    with a layout that fits (global batch kept), or None. A request below one unit tries the powers of two up to
+    it first (a 2- or 4-GPU machine).
 
     Scans the next unit counts (at most 64 of them, up to 4x the request), then doubles, and when a doubled count
     fits, walks back up from the last count that did not (at most 64 evenly spaced unit counts in between); memory
@@ -228,7 +229,8 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
     """
     g = hw.alloc_gpus
     start, top = (job.gpus // g + 1) * g, scan_limit(hw, max_gpus)
-    counts = list(range(start, min(4 * max(job.gpus, g), start + 63 * g, top) + 1, g))
+    counts = counts_within_unit(job.gpus, g)
+    counts += range(start, min(4 * max(job.gpus, g), start + 63 * g, top) + 1, g)
     nxt = counts[-1] * 2 if counts else start
     while nxt <= top:
         counts.append(nxt)
@@ -249,6 +251,12 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
             return next((c for c in range(first, count, step) if fits(c)), count)
         previous = count
     return None
+
+
+def counts_within_unit(gpus: int, unit: int) -> list[int]:
+    """The powers of two above `gpus` and below one allocation unit of `unit` GPUs, which the scan for a count
+    that fits tries before whole units."""
+    return [2**k for k in range(1, unit.bit_length()) if gpus < 2**k < unit]
 
 
 def min_gpus_text(result: SearchResult) -> str:

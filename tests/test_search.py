@@ -121,6 +121,13 @@ def test_nothing_fits_reports_closest_and_smallest_gpu_count():
     assert len(run_search("405b", r.min_gpus_that_fit, find_min_gpus=False).table) > 0
 
 
+def test_below_one_node_the_smallest_count_may_be_a_smaller_machine():
+    """Llama 3.1 8B does not fit one H100 but fits two (TP 2): a 1-GPU request is told 2, not the next node of 8.
+    A 3-GPU request for 70B tries 4, then whole nodes: the answer is a multiple of 8 (24)."""
+    assert run_search("8b", 1).min_gpus_that_fit == 2 and len(run_search("8b", 2, find_min_gpus=False).table) > 0
+    assert run_search("70b", 3).min_gpus_that_fit % 8 == 0
+
+
 def test_enumeration_covers_every_factorization():
     job = make_job(load_model("8b"), 64)
     cols = enumerate_candidates(load_model("8b"), job)
