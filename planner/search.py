@@ -280,15 +280,20 @@ def check_options(**given) -> None:
             raise PlannerError(name, f"got {value!r}, expected planner.{kinds[name].__name__}(...)")
 
 
-def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("model", "gpus")) -> Pins:
+BUDGET_KEYWORDS = ("tokens", "price_usd_per_gpu_hour", "pue")     # every caller of pop_pins takes these itself
+
+
+def pop_pins(kwargs: dict, caller: str = "search", taken: tuple[str, ...] = ("model", "gpus"),
+             own: tuple[str, ...] = BUDGET_KEYWORDS) -> Pins:
     """Take the layout knobs (tp=8, recompute="full", ...) out of keyword arguments, with a `pins=Pins(...)` given
     there too (a knob given both ways is an error). What is left must be options of `run_search` that `caller`
-    does not set itself (`taken`): a misspelt keyword is a TypeError naming `caller`, not run_search."""
+    does not set itself (`taken`): a misspelt keyword is a TypeError naming `caller`, not run_search, and listing
+    those options with the caller's own keywords (`own`)."""
     options = set(inspect.signature(run_search).parameters) - set(taken) - {"pins"}
     unknown = sorted(set(kwargs) - options - set(LAYOUT_KNOBS) - {"pins"})
     if unknown:
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; expected layout knobs "
-                        f"({', '.join(LAYOUT_KNOBS)}), pins, or {', '.join(sorted(options))}")
+                        f"({', '.join(LAYOUT_KNOBS)}), pins, or {', '.join(sorted(options | set(own)))}")
     check_options(**{k: kwargs[k] for k in ("runtime", "precision") if k in kwargs})
     base = kwargs.pop("pins", None)
     base = Pins() if base is None else base

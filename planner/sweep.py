@@ -11,7 +11,7 @@ from planner.checks import MAX_COUNT, MAX_COUNT_TEXT, checked_int, is_int, is_re
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError, library_api
-from planner.search import DEFAULT_HARDWARE, pop_pins, run_search
+from planner.search import BUDGET_KEYWORDS, DEFAULT_HARDWARE, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS, Precision, Runtime
 
 MAX_SWEEP_POINTS = 64
@@ -225,7 +225,8 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
         raise PlannerError("--hardware", f"got {hardware_names!r}, expected profile names (a list, or one string "
                                          "separated by commas)")
     names = parse_hardware_list(hardware_names) if isinstance(hardware_names, str) else list(hardware_names)
-    pins = pop_pins(search_kwargs, "compare_hardware", ("model", "gpus", "hardware", "find_min_gpus"))
+    pins = pop_pins(search_kwargs, "compare_hardware", ("model", "gpus", "hardware", "find_min_gpus"),
+                    BUDGET_KEYWORDS + ("sort",))
     m = load_model(model)
     priced = _priced_with(search_kwargs)          # as given: FlashAttention None is each profile's own
     profiles, given = [], {}                      # given: a profile name -> [(index, name or spec, label)]

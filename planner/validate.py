@@ -20,6 +20,7 @@ from planner.errors import PlannerError, library_api
 from planner.evaluate import Evaluation, evaluate
 from planner.runs_file import LayerTime, ValidationRun, load_runs_file, measured_step_time_s
 from planner.specs.hardware import load_hardware
+from planner.specs._files import validate as checked_record
 from planner.specs.hardware_file import gbit_to_bytes
 from planner.specs.strategy import Layout, Precision, Runtime
 
@@ -98,6 +99,7 @@ def predict(run: ValidationRun, hardware=None, **search_kwargs) -> Prediction:
     """
     if not isinstance(run, ValidationRun):
         raise PlannerError("run", f"got a {type(run).__name__}, expected a ValidationRun (from planner.load_runs())")
+    run = checked_record(ValidationRun, run.model_dump(warnings=False), f"run {run.id}")   # model_copy skips checks
     caller_kwargs = set(search_kwargs)
     taken = sorted(set(search_kwargs) & ({"global_batch", "runtime", "precision"} | _LAYOUT_FIELDS))
     if taken:                                     # the run states these (or leaves them to the search)

@@ -255,6 +255,12 @@ def test_library_calls_name_themselves_and_their_arguments():
                         "compare_hardware")):
         with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument"):
             call()
+    # the list of what it takes has the caller's own keywords too (a CLI spelling finds its library name there)
+    for call, own in ((lambda: search("8b", 8, price_per_gpu_hour=2.0), ["price_usd_per_gpu_hour", "pue", "tokens"]),
+                      (lambda: planner.compare_hardware("8b", 8, "h100-sxm,b200", order="cost"), ["sort", "tokens"])):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert all(f" {k}" in str(info.value).split("pins, or", 1)[1] for k in own), str(info.value)
     for call, field in ((lambda: evaluate("8b", 8, runtime={}), "runtime"),
                         (lambda: planner.sweep("8b", "8,16", precision={"grad_bytes": 2}), "precision"),
                         (lambda: planner.compare_hardware("8b", 64, None), "hardware"),

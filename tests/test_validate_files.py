@@ -11,6 +11,7 @@ from cli_contract import bad as bad_line
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.errors import PlannerError
 from planner.runs_file import BUNDLED_RUNS, load_runs, load_runs_file
 from planner.validate import predict
 
@@ -185,6 +186,25 @@ def test_run_file_errors_name_the_run_files_field_not_a_flag(tmp_path, capsys, c
     line = bad_line(capsys, "validate", _run_file_with(tmp_path, **changes))
     assert_mentions(line, *needles)
     assert " --" not in line.split(":", 3)[-2], f"a CLI flag names the field: {line}"
+
+
+def test_a_run_missing_several_runtime_fields_lists_them_all(tmp_path, capsys):
+    """The five runtime features a run must state are named in one error, not one per attempt."""
+    path = _run_file_with(tmp_path, runtime={"flash_attention": False})
+    assert_mentions(bad_line(capsys, "validate", path), "runs.0.runtime:", "required fields are missing:",
+                    "tp_comm_overlap, tp_bwd_overlap, overlap_grad_reduce, overlap_param_gather")
+    one = _run_file_with(tmp_path, runtime={"flash_attention": False, "tp_comm_overlap": False, "tp_bwd_overlap": True,
+                                           "overlap_grad_reduce": False})
+    assert_mentions(bad_line(capsys, "validate", one), "runs.0.runtime.overlap_param_gather", "required field")
+
+
+def test_a_changed_copy_of_a_run_is_checked_like_a_file(tmp_path):
+    """README's way to change a run, run.model_copy(update=...), skips pydantic's checks: predict checks the copy, so
+    a bad value is the one-line error naming the run's field, not a TypeError deep in the cost model."""
+    run = load_runs_file(_run_file_with(tmp_path)).runs[0]
+    with pytest.raises(PlannerError, match=r"^run my_run: gpus: .*integer.*'abc'"):
+        predict(run.model_copy(update={"gpus": "abc"}))
+    assert predict(run.model_copy(update={"gpus": run.gpus})).error is None
 
 
 def test_a_run_id_given_twice_is_an_error(tmp_path, capsys):

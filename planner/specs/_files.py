@@ -164,6 +164,9 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
         got = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
+        elif err["type"] == "missing" and len(missing) > 1:      # all of them at once, not one per attempt
+            loc = ".".join(str(p) for p in scope)
+            msg = f"required fields are missing: {', '.join(map(str, missing))}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "value_error":           # a cross-field check: its message names the fields
