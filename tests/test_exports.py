@@ -253,6 +253,18 @@ def test_exports_say_when_the_framework_splits_pipeline_sends_otherwise():
     assert not any(split in n for n in export("deepspeed", with_sp.row, m, job)[1])
 
 
+def test_megatron_export_says_when_the_plan_priced_deepspeeds_zero1():
+    """--zero1-all-reduce prices DeepSpeed's BF16_Optimizer (whole gradients all-reduced); Megatron's distributed
+    optimizer, which the export writes, reduce-scatters them: the header says so, as the DeepSpeed export does."""
+    from planner.specs.strategy import Runtime
+
+    ev = planner.evaluate("70b", 256, tp=8, pp=4, dp=8, zero_stage=1)
+    m, job = ev.result.model, ev.result.job
+    note = "Megatron's distributed optimizer reduce-scatters them"
+    assert note in export("megatron", ev.row, m, job, Runtime(zero1_all_reduce=True))[0]
+    assert note not in export("megatron", ev.row, m, job)[0]
+
+
 def test_interleaving_with_micro_batches_pp_does_not_divide():
     """Megatron-Core takes any m >= PP with --microbatch-group-size-per-virtual-pipeline-stage (schedules.py); torch's
     Interleaved1F1B only an m that its ⌊m/PP⌋ rounds divide. 405B on 12,288 GPUs, TP8 CP4 PP6 DP64: m = 32
