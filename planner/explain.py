@@ -195,6 +195,7 @@ def attention_notes(row, m, job, rt) -> list[str]:
                          f"it: counted at half, MFU is {halved:.1%}.")
     cp = int(row.get("cp", 1))
     if cp > 1 and rt.cp_comm_overlap:
-        lines.append(f"CP ring: each layer's attention runs as {cp} partial kernels and {cp - 1} merges per pass "
+        merges = f"{cp - 1} merge{'s' if cp > 2 else ''}"
+        lines.append(f"CP ring: each layer's attention runs as {cp} partial kernels and {merges} per pass "
                      "(one per K/V chunk); their launches count under compute, not cp_comm.")
     return lines

@@ -222,12 +222,13 @@ def print_breakdown(ev, out: Console) -> None:
         tt.add_row(k, f"{v:.3f}", f"{v / r['step_time_s']:.1%}", _bar(v, r["step_time_s"]))
     tt.add_row("[bold]step[/bold]", f"[bold]{r['step_time_s']:.3f}[/bold]", "", "")
     out.print(tt)
-    out.print(f"{r['num_microbatches']} micro-batches of {r['micro_batch']} per pipeline; "
+    n = int(r["num_microbatches"])
+    out.print(f"{n} micro-batch{'es' if n != 1 else ''} of {r['micro_batch']} per pipeline; "
               f"{fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
     for line in attention_notes(r, m, res.job, res.runtime):
         out.print(line)
-    if not res.runtime.grad_accumulation_fusion and int(r["num_microbatches"]) > 1:
+    if not res.runtime.grad_accumulation_fusion and n > 1:
         out.print("Compute includes adding each micro-batch's weight gradient to the accumulated one in a kernel of "
                   "its own (no gradient-accumulation fusion); Megatron's --gradient-accumulation-fusion saves it.")
     if "time_to_train_days" in r:
