@@ -249,9 +249,15 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
         namesakes.append((len(profiles), name, label))
         priced["runtime"].for_hardware(hw)        # a runtime feature a profile cannot run is the caller's error
         profiles.append(hw)
+    # --allow-cross-node-tp with a pinned TP matters only on the profiles whose node it exceeds: the others search
+    # without it (run_search refuses a flag it would ignore), unless it matters on none, and every row says so.
+    redundant = [is_int(gpus) and 1 <= gpus <= MAX_GPUS and is_int(pins.tp)
+                 and pins.tp <= hw.for_job(gpus).gpus_per_node for hw in profiles]
+    needed = search_kwargs.get("allow_cross_node_tp") is True and not all(redundant)
     rows, errors = [], []
-    for hw in profiles:
-        row, error = _best_row(m, gpus, hw, pins, search_kwargs)
+    for hw, same in zip(profiles, redundant):
+        kwargs = {**search_kwargs, "allow_cross_node_tp": False} if needed and same else search_kwargs
+        row, error = _best_row(m, gpus, hw, pins, kwargs)
         if tokens is not None:
             add_budget_to_row(row, tokens, gpus, hw, price_usd_per_gpu_hour, pue)
         row["hardware"] = hw.name                 # last, as in every CSV: sweep and comparison rows stack

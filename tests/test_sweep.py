@@ -110,6 +110,12 @@ def test_rows_without_a_layout_say_why():
     assert rows.loc["gb200"].status == "ok"
     assert rows.loc["h100-sxm"].status == "no valid layout"
     assert rows.loc["h100-sxm"].reason.startswith("TP exceeds the 8 GPUs of a node")
+    # --allow-cross-node-tp makes TP 16 valid on H100 and is redundant inside NVL72: each profile gets what it needs,
+    # and the flag is refused only where it would change nothing on any profile (TP 8 fits every node)
+    df = compare_hardware("gpt-22b", 16, "h100-sxm,gb200", tp=16, allow_cross_node_tp=True)
+    assert (df.status == "ok").all() and (df.tp == 16).all()
+    with pytest.raises(PlannerError, match="allow_cross_node_tp.*the pinned --tp 8 fits in one node"):
+        compare_hardware("gpt-22b", 16, "h100-sxm,gb200", tp=8, allow_cross_node_tp=True)
 
 
 def test_sweep_cli_rows_and_exit_codes():
