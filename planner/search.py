@@ -17,7 +17,7 @@ from planner.candidates import (Pins, check_pins, enumerate_candidates, fastest_
                                 normalized_pins)
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.step import KNOBS, TIME_PARTS, knob_columns, memory_columns, step_columns
-from planner.checks import checked_int, is_real
+from planner.checks import checked_int, is_int, is_real
 from planner.errors import PlannerError, library_api
 from planner.specs.hardware import HardwareSpec, load_hardware
 from planner.specs.model import ModelSpec, load_model
@@ -114,7 +114,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     runtime = runtime.for_hardware(hw)          # FlashAttention follows the hardware unless the caller chose
     job = make_job(m, checked_int(gpus, "--gpus"), seq_len, global_batch, global_batch_tokens)
     hw = hw.for_job(job.gpus)                   # GB200: a job beyond one NVLink domain fills segments of it
-    if allow_cross_node_tp and pins.tp is not None and checked_int(pins.tp, "--tp") <= hw.gpus_per_node:
+    if allow_cross_node_tp and pins.tp is not None and cross_node_tp_unused(checked_int(pins.tp, "--tp"), hw):
         raise PlannerError("--allow-cross-node-tp", f"lets TP span nodes, and the pinned --tp {pins.tp} fits in "
                                                     f"one node of {hw.gpus_per_node} GPUs; drop one of them")
     if headroom_gib is None:
@@ -251,6 +251,12 @@ def smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp, preci
             return next((c for c in range(first, count, step) if fits(c)), count)
         previous = count
     return None
+
+
+def cross_node_tp_unused(tp, hw: HardwareSpec) -> bool:
+    """--allow-cross-node-tp changes nothing for a pinned TP that fits in one node of `hw` (as the job sees it:
+    HardwareSpec.for_job); run_search refuses the flag then."""
+    return is_int(tp) and tp <= hw.gpus_per_node
 
 
 def counts_within_unit(gpus: int, unit: int) -> list[int]:

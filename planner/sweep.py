@@ -11,7 +11,7 @@ from planner.checks import MAX_COUNT, MAX_COUNT_TEXT, checked_int, is_int, is_re
 from planner.constraints import invalid_layout_error, ranked_rejections
 from planner.cost import budget
 from planner.errors import PlannerError, library_api
-from planner.search import BUDGET_KEYWORDS, DEFAULT_HARDWARE, pop_pins, run_search
+from planner.search import BUDGET_KEYWORDS, DEFAULT_HARDWARE, cross_node_tp_unused, pop_pins, run_search
 from planner.specs.strategy import MAX_GPUS, Precision, Runtime
 
 MAX_SWEEP_POINTS = 64
@@ -251,8 +251,8 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
         profiles.append(hw)
     # --allow-cross-node-tp with a pinned TP matters only on the profiles whose node it exceeds: the others search
     # without it (run_search refuses a flag it would ignore), unless it matters on none, and every row says so.
-    redundant = [is_int(gpus) and 1 <= gpus <= MAX_GPUS and is_int(pins.tp)
-                 and pins.tp <= hw.for_job(gpus).gpus_per_node for hw in profiles]
+    redundant = [is_int(gpus) and 1 <= gpus <= MAX_GPUS and cross_node_tp_unused(pins.tp, hw.for_job(gpus))
+                 for hw in profiles]
     needed = search_kwargs.get("allow_cross_node_tp") is True and not all(redundant)
     rows, errors = [], []
     for hw, same in zip(profiles, redundant):
