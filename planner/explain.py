@@ -84,6 +84,16 @@ def rejection_summary(considered: int, rejected: dict[str, int], kept: int) -> s
             + (f"; rejected: {parts}." if parts else "."))
 
 
+def small_batch_note(job) -> str | None:
+    """A global batch of fewer sequences than GPUs caps DP (DP x micro-batch divides the batch), so TP x CP x PP
+    spans at least gpus/batch GPUs, and a pipeline has at most batch micro-batches: a benchmark's batch."""
+    if job.global_batch >= job.gpus:
+        return None
+    return (f"Note: the global batch ({job.global_batch} sequence{'s' * (job.global_batch != 1)}) is smaller than "
+            f"the {job.gpus} GPUs, so the model-parallel group (TP x CP x PP) spans at least "
+            f"{-(-job.gpus // job.global_batch)} GPUs; --global-batch or --global-batch-tokens sets a production batch.")
+
+
 def bubble_line(row) -> str:
     """The bubble formula with this layout's numbers (Narayanan et al. 2021 §2.2)."""
     p, v, m = int(row["pp"]), int(row["vpp"]), int(row["num_microbatches"])

@@ -13,7 +13,7 @@ from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
-                             recompute_label, rejection_summary, why_first, zero_label)
+                             recompute_label, rejection_summary, small_batch_note, why_first, zero_label)
 from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
 
@@ -166,7 +166,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         if (rows["dp_replicate"] > 1).any():
             out.print(HSDP_LEGEND)
         out.print(why_first(result.table))
-        if note := price_note(result.table, hw.name):
+        for note in filter(None, (price_note(result.table, hw.name), small_batch_note(job))):
             out.print(note)
     else:
         pins = {k: v for k, v in result.pins.__dict__.items() if v is not None}
