@@ -12,8 +12,8 @@ from rich.console import Console
 from planner import options
 from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag, int_pins,
-                           network_flags, on_network, output_format, parse_count, reject_unused, runtime_flags,
-                           usage_error_line)
+                           network_flags, on_network, output_format, parse_count, precision_flags, reject_unused,
+                           runtime_flags, usage_error_line)
 from planner.output import EXIT_BROKEN_PIPE, console
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
@@ -89,6 +89,7 @@ def plan(
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
     zero1_all_reduce: bool = options.zero1_all_reduce_opt(),
+    fp32_params: bool = options.fp32_params_opt(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train (K/M/G(=B)/T in powers of "
                                          "1000, e.g. 15T): adds days, GPU-hours, cost and energy."),
     price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour (default: profile)."),
@@ -146,12 +147,13 @@ def plan(
                 recompute=recompute, recompute_layers=recompute_layers, zero_stage=zero_stage,
                 dp_replicate=dp_replicate)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins=pins, pinned=pinned,
-                            eager_elementwise=eager_elementwise,
-                            pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
-                            grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
+                            eager_elementwise=eager_elementwise, pp_scatter_gather=pp_scatter_gather,
+                            microbatch_groups=microbatch_groups, grad_accumulation_fusion=grad_accumulation_fusion,
+                            zero1_all_reduce=zero1_all_reduce)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
-                  allow_cross_node_tp=allow_cross_node_tp, runtime=runtime)
+                  allow_cross_node_tp=allow_cross_node_tp, runtime=runtime,
+                  precision=precision_flags(fp32_params, zero_stage))
     out = _out()
     top = 10 if top is None else top
 
@@ -284,6 +286,7 @@ def sweep_cmd(
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
     zero1_all_reduce: bool = options.zero1_all_reduce_opt(),
+    fp32_params: bool = options.fp32_params_opt(),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json or csv."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON/CSV to this file (atomically)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw tokens/s and cost vs GPU count to a .png or .svg."),
@@ -306,7 +309,6 @@ def sweep_cmd(
                             eager_elementwise=eager_elementwise,
                             pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
                             grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
-
     budget = budget_options(tokens, price, pue)
     fmt = output_format(fmt, output)
     check_paths(output, plot)                             # before the sweep, not after its table
@@ -316,7 +318,7 @@ def sweep_cmd(
     hardware = on_network(hardware, network_flags(nics_per_node, nic_gbit_per_s))
     df = sweep(model, gpus, hardware=hardware, seq_len=seq_len, global_batch=global_batch,
                global_batch_tokens=tokens_b, headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp,
-               runtime=runtime, **budget, **pins)
+               runtime=runtime, precision=precision_flags(fp32_params, pins.get("zero_stage")), **budget, **pins)
     title = f"{model} on {df.attrs['hardware']}: best layout per GPU count"
     _print_frame(df, title, "gpus", fmt, output)
     if plot is not None:

@@ -209,3 +209,18 @@ def attention_notes(row, m, job, rt) -> list[str]:
         lines.append(f"CP ring: each layer's attention runs as {cp} partial kernels and {merges} per pass "
                      "(one per K/V chunk); their launches count under compute, not cp_comm.")
     return lines
+
+
+def state_notes(row, rt, precision) -> list[str]:
+    """How one layout's gradients are accumulated and its parameters stored, where that is not the default."""
+    notes = []
+    if not rt.grad_accumulation_fusion and int(row["num_microbatches"]) > 1:
+        notes.append("Compute includes adding each micro-batch's weight gradient to the accumulated one in a kernel "
+                     "of its own (no gradient-accumulation fusion); Megatron's --gradient-accumulation-fusion saves "
+                     "it.")
+    if precision.params_are_master:
+        notes.append("Weights are the fp32 parameters, the optimizer's master copy (--fp32-params): "
+                     + ("ZeRO-3 holds bf16 casts only of the gathered layers (under other)." if row["zero_stage"] == 3
+                        else "their bf16 casts are held through forward and backward, the master sharded with the "
+                             "optimizer states."))
+    return notes

@@ -208,6 +208,17 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
                    grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
 
 
+def precision_flags(fp32_params: bool, zero: int | None = None):
+    """The precision the flags choose. fp32 parameters change only what ZeRO-3 stores (no 16-bit shard beside the
+    master), so a pinned lower stage would ignore the flag."""
+    from planner.specs.strategy import Precision
+
+    if fp32_params and zero is not None and zero < 3:
+        raise PlannerError("--fp32-params", f"changes only what ZeRO-3 stores, and --zero {zero} is pinned; drop one "
+                                            "of them")
+    return Precision(params_are_master=fp32_params)
+
+
 def network_flags(nics_per_node, nic_gbit_per_s):
     """--nics-per-node N --nic-gbit-per-s G, the cluster's node network (a validation run's `network` block): both
     or neither; (N, G) or None."""

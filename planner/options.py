@@ -68,6 +68,13 @@ def zero1_all_reduce_opt():
                         "(Megatron's distributed optimizer).")
 
 
+def fp32_params_opt():
+    return typer.Option(False, "--fp32-params", help="Parameters kept in fp32 as the optimizer's master weights and "
+                        "cast to bf16 for compute (PyTorch FSDP/FSDP2 mixed precision: torchtitan, Composer): ZeRO-3 "
+                        "stores 16 bytes/param/DP, not 18; default: bf16 parameters beside an fp32 master copy "
+                        "(Megatron, DeepSpeed).")
+
+
 def pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
                         "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "

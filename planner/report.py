@@ -13,7 +13,8 @@ from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
-                             recompute_label, rejection_summary, small_batch_note, why_first, zero_label)
+                             recompute_label, rejection_summary, small_batch_note, state_notes, why_first,
+                             zero_label)
 from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
 
@@ -190,7 +191,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
     unfused = ("" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)") + (
         "; element-wise kernels eager (no torch.compile)" if result.runtime.eager_elementwise else "") + (
         "; gradients accumulated by a separate add per micro-batch (no fusion)"
-        if not result.runtime.grad_accumulation_fusion else "")
+        if not result.runtime.grad_accumulation_fusion else "") + (
+        "; fp32 parameters as the master weights" if result.precision.params_are_master else "")
     out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "
               f"memory in GiB{unfused}.")
 
@@ -226,11 +228,8 @@ def print_breakdown(ev, out: Console) -> None:
     out.print(f"{n} micro-batch{'es' if n != 1 else ''} of {r['micro_batch']} per pipeline; "
               f"{fmt_rate(r['tokens_per_s'])} tokens/s, {r['tflops_per_gpu']:.0f} TFLOP/s per GPU, "
               f"MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}.")
-    for line in attention_notes(r, m, res.job, res.runtime):
+    for line in attention_notes(r, m, res.job, res.runtime) + state_notes(r, res.runtime, res.precision):
         out.print(line)
-    if not res.runtime.grad_accumulation_fusion and n > 1:
-        out.print("Compute includes adding each micro-batch's weight gradient to the accumulated one in a kernel of "
-                  "its own (no gradient-accumulation fusion); Megatron's --gradient-accumulation-fusion saves it.")
     if "time_to_train_days" in r:
         provider = r.get("price_provider")
         cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"

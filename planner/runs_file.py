@@ -94,6 +94,7 @@ class RunPrecision(_Strict):
     param_bytes: int = Field(default=2, ge=1, le=4)
     grad_bytes: int = Field(default=4, ge=1, le=4)
     optimizer_bytes: int = Field(default=12, ge=0, le=32)
+    params_are_master: bool = False    # PyTorch FSDP/DDP mixed precision: the fp32 parameters are the master weights
 
 
 class Measured(_Strict):

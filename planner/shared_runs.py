@@ -234,12 +234,19 @@ def _partial_recompute(run: dict, layout: dict, notes: dict) -> None:
                               f"{layout['recompute_layers']} per {chunk}-layer chunk (torchtitan counts every n-th block)")
 
 
+def _stack(run: dict, year: int | None) -> tuple[bool, bool]:
+    """(Megatron or NeMo, PyTorch's own stack: DDP/FSDP, Composer, torchtitan, fairscale); DeepSpeed is neither."""
+    fw = text_of(run.get("framework"))
+    megatron = not _legacy(run, year)[0] and re.search(r"megatron|nemo", fw) is not None
+    native = not megatron and re.search(r"fsdp|ddp|composer|llm-foundry|torchtitan|pytorch|fairscale", fw) is not None
+    return megatron, native
+
+
 def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> dict:
     from planner.specs.hardware import load_hardware
     fw = text_of(run.get("framework"))
     deepspeed = _legacy(run, year)[0]
-    megatron = not deepspeed and re.search(r"megatron|nemo", fw) is not None
-    native = not megatron and re.search(r"fsdp|ddp|composer|llm-foundry|torchtitan|pytorch|fairscale", fw) is not None
+    megatron, native = _stack(run, year)
     fsdp = zero == 3 and not deepspeed or bool(re.search(r"fsdp|composer|llm-foundry|torchtitan", fw))
     # Since 2023 every mainstream stack overlaps DP collectives with compute (PyTorch DDP/FSDP buckets, Megatron-Core
     # and NeMo recipes); NeMo's performance recipes also overlap TP communication with GEMMs (comm-overlap callback).
@@ -281,6 +288,8 @@ def _precision(run: dict, year: int | None) -> dict:
     out = {"grad_bytes": 2} if sixteen_bit_grads else {}
     if sixteen_bit_grads and _legacy(run, year)[1]:
         out["optimizer_bytes"] = 16          # legacy Megatron fp16: fp32 main grads live beside Adam's 12 bytes
+    if _stack(run, year)[1]:                 # PyTorch mixed precision (autocast, FSDP's MixedPrecision, also PURE):
+        out["params_are_master"] = True      # fp32 parameters are the master weights, cast to 16 bits for compute
     return out
 
 

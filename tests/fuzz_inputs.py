@@ -159,7 +159,7 @@ FLAGS = {
 SWITCHES = ["--sequence-parallel", "--no-sequence-parallel", "--allow-cross-node-tp", "--tp-comm-overlap",
             "--no-flash-attention", "--flash-attention", "--no-tp-comm-overlap", "--eager-elementwise",
             "--pp-scatter-gather", "--no-microbatch-groups", "--microbatch-groups",
-            "--no-grad-accumulation-fusion", "--grad-accumulation-fusion", "--zero1-all-reduce"]
+            "--no-grad-accumulation-fusion", "--grad-accumulation-fusion", "--zero1-all-reduce", "--fp32-params"]
 SWEEP_FLAGS = ["--hardware", "--seq-len", "--global-batch", "--global-batch-tokens", "--tokens",
                "--price-per-gpu-hour", "--pue", "--headroom-gib", "--format", "--output", "--nics-per-node",
                "--nic-gbit-per-s", "--tp", "--cp", "--pp", "--micro-batch", "--vpp", "--recompute",

@@ -215,7 +215,8 @@ def test_a_json_record_names_the_runtime_and_precision_it_was_priced_with():
     base = json.loads(runner.invoke(app, args).stdout)
     assert base["runtime"]["flash_attention"] is True and base["runtime"]["flash_attention_gen"] == 2
     assert base["runtime"]["grad_accumulation_fusion"] is True and base["runtime"]["zero1_all_reduce"] is False
-    assert base["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2}
+    assert base["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2,
+                                 "params_are_master": False}
     flagged = json.loads(runner.invoke(app, args + ["--no-grad-accumulation-fusion", "--flash-attention-gen", "1",
                                                     "--zero1-all-reduce"]).stdout)
     assert flagged["runtime"]["grad_accumulation_fusion"] is False and flagged["runtime"]["zero1_all_reduce"] is True

@@ -80,3 +80,25 @@ def test_exports_follow_the_hardware_api():
 def test_mfu_legend_names_the_peak_it_divides_by(capsys):
     assert "dense fp16 peak" in _out(capsys, *V100, "--top", "1")
     assert "dense bf16 peak" in _out(capsys, *H100, "--top", "1")
+
+
+def test_fp32_parameters_shrink_zero3_states_by_two_bytes_per_param_per_shard(capsys):
+    """--fp32-params (PyTorch FSDP mixed precision): the fp32 parameters are the master weights, so a ZeRO-3 rank
+    stores 16 bytes/param/d, not 18. Llama 3.1 70B at TP 2 x CP 2 x DP 16 shards over DP x CP = 32 ranks: the
+    weights part becomes the fp32 master (4/32 per param) and the optimizer part m, v (8/32); the step is the same."""
+    pins = ["--model", "70b", "--gpus", "64", "--tp", "2", "--cp", "2", "--pp", "1", "--dp", "16",
+            "--micro-batch", "1", "--recompute", "none", "--sequence-parallel"]
+    mega = json.loads(_out(capsys, *pins, "--zero", "3", "--format", "json"))
+    fsdp = json.loads(_out(capsys, *pins, "--zero", "3", "--format", "json", "--fp32-params"))
+    mw, fw = mega["memory_breakdown_gib"], fsdp["memory_breakdown_gib"]
+    params_gib = mw["weights"] * 32 / 2                     # Megatron: bf16 shard, 2 bytes/param / 32
+    assert fw["weights"] == pytest.approx(params_gib * 4 / 32, rel=1e-12)
+    assert fw["optimizer"] == pytest.approx(params_gib * 8 / 32, rel=1e-12)
+    assert mw["optimizer"] == pytest.approx(params_gib * 12 / 32, rel=1e-12)
+    assert fw["gradients"] == mw["gradients"] and fw["activations"] == mw["activations"]
+    assert mega["memory_gib"] - fsdp["memory_gib"] == pytest.approx(params_gib * 2 / 32, rel=1e-9)
+    assert fsdp["step_time_s"] == mega["step_time_s"]
+    assert fsdp["precision"]["params_are_master"] and not mega["precision"]["params_are_master"]
+    table = _out(capsys, *pins, "--zero", "3", "--fp32-params")
+    assert "Weights are the fp32 parameters, the optimizer's master copy" in " ".join(table.split())
+    assert_mentions(bad(capsys, *pins, "--zero", "1", "--fp32-params"), "--fp32-params", "ZeRO-3", "--zero 1")

@@ -61,6 +61,7 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
         assert run.measured.memory_gib == ref.measured.memory_gib, run.id
         assert run.precision.param_bytes == ref.precision.param_bytes, run.id
         assert run.precision.grad_bytes == ref.precision.grad_bytes, run.id
+        assert run.precision.params_are_master == ref.precision.params_are_master, run.id
 
 
 @pytest.mark.parametrize("run_id", ["torchtitan_a100_00", "torchtitan_a100_04"])

@@ -247,7 +247,8 @@ def test_sweep_and_comparison_json_name_the_runtime_and_precision_they_were_pric
                                                "--no-grad-accumulation-fusion", "--format", "json"]).stdout)
     assert sweep_doc["runtime"]["flash_attention"] is False and sweep_doc["runtime"]["flash_attention_gen"] is None
     assert sweep_doc["runtime"]["grad_accumulation_fusion"] is False
-    assert sweep_doc["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2}
+    assert sweep_doc["precision"] == {"param_bytes": 2, "grad_bytes": 4, "optimizer_bytes": 12, "activation_bytes": 2,
+                                      "params_are_master": False}
     both = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,v100",
                                           "--zero1-all-reduce", "--format", "json"]).stdout)
     assert both["runtime"]["flash_attention"] is None and both["runtime"]["zero1_all_reduce"] is True

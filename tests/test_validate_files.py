@@ -266,6 +266,7 @@ def test_a_runs_json_record_names_the_runtime_and_precision_it_was_priced_with(t
     rec = json.loads(runner.invoke(app, ["validate", str(path), "--format", "json"]).stdout)["runs"][0]
     assert {k: rec["runtime"][k] for k in run["runtime"]} == run["runtime"]
     assert rec["runtime"]["flash_attention_gen"] is None and rec["runtime"]["rank_order"] == "dp-pp"
-    assert rec["precision"] == {"param_bytes": 2, "grad_bytes": 2, "optimizer_bytes": 12, "activation_bytes": 2}
+    assert rec["precision"] == {"param_bytes": 2, "grad_bytes": 2, "optimizer_bytes": 12, "activation_bytes": 2,
+                                "params_are_master": False}
     header = runner.invoke(app, ["validate", str(path), "--format", "csv"]).stdout.splitlines()[0].split(",")
     assert "runtime" not in header and "grad_accumulation_fusion" not in header

@@ -12,7 +12,7 @@ from planner.cost import params as P
 from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight, in_flight_layers,
                                    layers_per_stage, stage_layers)
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Precision, recompute_codes, shard_group
+from planner.specs.strategy import MASTER_BYTES, Precision, recompute_codes, shard_group
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -23,11 +23,17 @@ def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
     ZeRO paper (Rajbhandari et al. 2019) §3 and §5: stage 1 shards the optimizer states (K = 12 bytes: fp32 master,
     Adam m and v), stage 2 also the gradients, stage 3 also the parameters. With the defaults (bf16 weights, fp32
     main grads) stage 0 is Megatron's 18 bytes/param and stage 1 its distributed optimizer's 6 + 12/d.
+    With `params_are_master` (FSDP mixed precision) the fp32 master is the parameter itself, counted as weights
+    and sharded with the optimizer states; the 16-bit casts are held through forward and backward below stage 3
+    and, at stage 3, only one gathered unit at a time (zero3_transient_bytes): 4/d + grads/d + (K - 4)/d.
     """
     zero, dp = np.asarray(zero), np.asarray(dp)
-    weights = precision.param_bytes / np.where(zero >= 3, dp, 1)
+    master = MASTER_BYTES if precision.params_are_master else 0
+    opt_shards = np.where(zero >= 1, dp, 1)
+    weights = (np.where(zero >= 3, 0 if master else precision.param_bytes / dp, precision.param_bytes)
+               + master / opt_shards)
     grads = precision.grad_bytes / np.where(zero >= 2, dp, 1)
-    optimizer = precision.optimizer_bytes / np.where(zero >= 1, dp, 1)
+    optimizer = (precision.optimizer_bytes - master) / opt_shards
     return weights, grads, optimizer
 
 

@@ -114,24 +114,37 @@ class Job:
         return self.seq_len * self.global_batch
 
 
+MASTER_BYTES = 4      # fp32 master weights, part of Precision.optimizer_bytes
+
+
 @dataclass(frozen=True)
 class Precision:
     """Bytes per element. Default: bf16 weights and activations, fp32 main grads, fp32 Adam (master, m, v).
 
     Megatron's default for bf16 keeps a 4-byte fp32 gradient buffer (formulas.md §3.1, Megatron distributed
     optimizer docs: 18 bytes/param unsharded, 6 + 12/d sharded). The ZeRO paper's 16 bytes/param is grad_bytes=2.
+    `params_are_master`: the stored parameters are the optimizer's fp32 master weights (4 of `optimizer_bytes`) and
+    the 16-bit weights only their casts for forward and backward (PyTorch FSDP/FSDP2 mixed precision with
+    param_dtype=bf16: torchtitan, Composer), so ZeRO-3 keeps no 16-bit shard: 16 bytes/param/d, not 18.
     """
 
     param_bytes: int = 2
     grad_bytes: int = 4
     optimizer_bytes: int = 12
     activation_bytes: int = 2
+    params_are_master: bool = False
 
     def __post_init__(self):
         for f in fields(self):            # bytes per element: positive (optimizer state may be 0: plain SGD)
             value, least = getattr(self, f.name), 0 if f.name == "optimizer_bytes" else 1
-            if not is_real(value) or not least <= value <= 16:
+            if f.name == "params_are_master":
+                if not isinstance(value, (bool, np.bool_)):
+                    raise PlannerError(f.name, f"got {value!r}, expected true or false")
+            elif not is_real(value) or not least <= value <= 16:
                 raise PlannerError(f.name, f"got {value!r}, expected bytes per element from {least} to 16")
+        if self.params_are_master and self.optimizer_bytes < MASTER_BYTES:
+            raise PlannerError("optimizer_bytes", f"got {self.optimizer_bytes!r}, expected at least {MASTER_BYTES} "
+                                                  "with params_are_master (the fp32 master weights are counted in it)")
 
 
 @dataclass(frozen=True)

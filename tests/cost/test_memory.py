@@ -9,6 +9,7 @@ from helpers import memory_parts as total
 from helpers import rel
 
 from planner.cost import memory
+from planner.errors import PlannerError
 from planner.specs.model import load_model
 from planner.specs.strategy import Precision
 
@@ -107,6 +108,27 @@ def test_megatron_distributed_optimizer_bytes_per_param():
     assert np.allclose(w + g + o, 2 + 16 / d, rtol=1e-15, atol=0)
     w, g, o = memory.state_bytes_per_param(3, d)
     assert np.allclose(w + g + o, 18 / d, rtol=1e-15, atol=0)
+
+
+def test_fp32_parameters_as_master_store_16_bytes_per_param_under_zero3():
+    # PyTorch FSDP mixed precision (param_dtype=bf16): the sharded fp32 parameters are Adam's master weights, so a
+    # ZeRO-3 rank stores 4 (fp32 param) + 4 (fp32 grad) + 8 (m, v) = 16 bytes per param / d, where Megatron's bf16
+    # parameters beside an fp32 master store 2 + 4 + 12 = 18 / d. Below ZeRO-3 the bf16 casts are held through
+    # forward and backward, so the totals match Megatron's: the master moves from "optimizer" to "weights".
+    d = np.array([1, 8, 64, 512])
+    fsdp = Precision(params_are_master=True)
+    w, g, o = memory.state_bytes_per_param(3, d, fsdp)
+    assert np.allclose(w, 4 / d) and np.allclose(g, 4 / d) and np.allclose(o, 8 / d)
+    assert np.allclose(w + g + o, 16 / d, rtol=1e-15, atol=0)
+    for stage in (0, 1, 2):
+        assert np.allclose(sum(memory.state_bytes_per_param(stage, d, fsdp)),
+                           sum(memory.state_bytes_per_param(stage, d)), rtol=1e-15, atol=0)
+    w, g, o = memory.state_bytes_per_param(1, 64, fsdp)
+    assert float(w) == 2 + 4 / 64 and float(o) == 8 / 64
+    with pytest.raises(PlannerError, match="optimizer_bytes.*at least 4"):
+        Precision(params_are_master=True, optimizer_bytes=0)
+    with pytest.raises(PlannerError, match="params_are_master: got 'yes', expected true or false"):
+        Precision(params_are_master="yes")
 
 
 def test_llama_405b_stage_params_and_state_bytes_formulas_md_section_9():
