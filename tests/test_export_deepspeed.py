@@ -50,6 +50,23 @@ def test_deepspeed_zero_1_accumulates_fp32_gradients_as_priced():
         assert json.loads(text).get("data_types") == expected
 
 
+def test_deepspeed_partitions_checkpointed_activations_only_where_tp_ranks_hold_them_whole():
+    """partition_activations splits each checkpointed layer input over the TP ranks: right without SP, wrong with it
+    (each rank holds its own slice; Megatron refuses distribute_saved_activations with SP). Megatron-DeepSpeed
+    configures deepspeed.checkpointing from its launcher flags, which override the JSON: the notes name them."""
+    for sp, partition in ((False, True), (True, False)):
+        ev = _best("70b", 64, tp=4, pp=2, dp=8, zero_stage=1, vpp=1, recompute="full", sequence_parallel=sp)
+        text, notes = export("deepspeed", ev.row, ev.result.model, ev.result.job)
+        assert json.loads(text)["activation_checkpointing"]["partition_activations"] is partition
+        flag = [n for n in notes if n.startswith("Megatron-DeepSpeed configures deepspeed.checkpointing")]
+        assert flag and flag[0].endswith("--deepspeed-activation-checkpointing"
+                                         + (" --partition-activations" if partition else
+                                            " without --partition-activations"))
+    ev = _best("70b", 64, tp=1, pp=2, dp=32, zero_stage=1, vpp=1, recompute="full")
+    assert json.loads(export("deepspeed", ev.row, ev.result.model, ev.result.job)[0])[
+        "activation_checkpointing"]["partition_activations"] is False
+
+
 def test_an_unknown_framework_is_refused_not_read_as_deepspeed():
     row = {"tp": 8, "cp": 1, "pp": 2, "dp": 4, "vpp": 1, "zero_stage": 1, "dp_replicate": 1, "recompute": "none",
            "sequence_parallel": True, "micro_batch": 1}

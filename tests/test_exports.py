@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import planner
 from planner.cli import app
 from planner.errors import PlannerError
-from planner.export import blockers, export, unsupported
+from planner.export import best_supported, blockers, export, unsupported
 
 runner = CliRunner()
 
@@ -320,3 +320,29 @@ def test_megatron_export_turns_gradient_accumulation_fusion_off_when_the_plan_pr
     out = CliRunner().invoke(app, ["--model", "8b", "--gpus", "64", "--export", "megatron",
                                    "--no-grad-accumulation-fusion"])
     assert out.exit_code == 0 and "--no-gradient-accumulation-fusion" in out.output
+
+
+def test_exports_say_where_the_framework_stores_zero3_parameters_otherwise_than_priced():
+    """torchtitan's FSDP2 keeps fp32 parameters as the master weights (no bf16 shard); Megatron-FSDP and DeepSpeed
+    ZeRO-3 keep a 16-bit shard beside the fp32 master. The export names the difference, that shard's GiB, where the
+    plan priced the other (--fp32-params or not), and says nothing where they agree or below ZeRO-3."""
+    from planner.specs.strategy import Precision
+
+    fsdp = Precision(params_are_master=True)
+    mega = planner.run_search("70b", 64, pins=planner.Pins(zero_stage=3, pp=1, cp=1), find_min_gpus=False)
+    torch = planner.run_search("70b", 64, pins=planner.Pins(zero_stage=3, pp=1, cp=1), find_min_gpus=False,
+                               precision=fsdp)
+    shard = float(mega.table.iloc[0]["weights_gib"])               # the bf16 shard, 2 bytes/param / d
+    assert float(torch.table.iloc[0]["weights_gib"]) == pytest.approx(2 * shard, rel=1e-12)    # the fp32 master
+    text, _ = best_supported("torchtitan", mega)
+    assert (f"# torchtitan's FSDP2 keeps fp32 parameters as the optimizer's master weights and no bf16 shard: about "
+            f"{shard:.1f} GiB per GPU less than planned (--fp32-params prices it)") in text
+    assert "master weights" not in best_supported("torchtitan", torch)[0]
+    assert "master weights" not in best_supported("megatron", mega)[0]
+    assert (f"# Megatron-FSDP keeps a 16-bit parameter shard beside the fp32 master weights, where the plan priced fp32 "
+            f"parameters alone (--fp32-params): about {shard:.1f} GiB per GPU more than planned") in best_supported(
+        "megatron", torch)[0]
+    assert any(n.startswith("DeepSpeed ZeRO-3 keeps a 16-bit parameter shard") for n in best_supported("deepspeed",
+                                                                                                      torch)[1])
+    zero2 = planner.run_search("70b", 64, pins=planner.Pins(zero_stage=2, pp=1), find_min_gpus=False)
+    assert "master weights" not in best_supported("torchtitan", zero2)[0]

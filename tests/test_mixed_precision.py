@@ -11,7 +11,7 @@ from cli_contract import assert_mentions, bad, run, write
 
 import planner
 from planner.errors import PlannerError
-from planner.export import best_supported, export
+from planner.export import best_supported, blockers, export
 from planner.specs.hardware import hardware_dir, list_hardware, load_hardware
 
 V100 = ["--model", "8b", "--gpus", "16", "--hardware", "v100-sxm"]
@@ -44,6 +44,25 @@ def test_megatron_export_is_fp16_on_v100_cli(capsys):
     assert "dynamic loss scaling" in text
     h100 = _out(capsys, *H100, "--export", "megatron")
     assert "--bf16" in h100 and "--fp16" not in h100
+
+
+def test_megatrons_local_implementation_takes_torchs_rmsnorm_as_it_is(capsys):
+    """Without Transformer Engine (V100) Megatron builds RMSNorm from PyTorch's (LocalSpecProvider: WrappedTorchNorm),
+    which asserts persist_layer_norm off (on by default: arguments.py --no-persist-layer-norm) and refuses sequence
+    parallelism; LayerNorm models keep Megatron's own fused norm."""
+    text = _out(capsys, *V100, "--export", "megatron")
+    assert "--transformer-impl local" in text and "--no-persist-layer-norm" in text
+    assert "--sequence-parallel" not in text
+    assert "--no-persist-layer-norm" not in _out(capsys, *H100, "--export", "megatron")
+    assert "--no-persist-layer-norm" not in _out(capsys, "--model", "gpt-1.7b", "--gpus", "16", "--hardware",
+                                                 "v100-sxm", "--export", "megatron")
+    assert_mentions(bad(capsys, *V100, "--sequence-parallel", "--export", "megatron"), "error: --export:",
+                    "RMSNorm", "sequence parallelism")
+    row = planner.evaluate("8b", 16, hardware="v100-sxm", tp=2, pp=1, dp=8, sequence_parallel=True).row
+    m = planner.load_model("8b")
+    assert blockers("megatron", row, "fp16", model=m, transformer_engine=False) == [
+        "Megatron without Transformer Engine builds RMSNorm from PyTorch's, which refuses sequence parallelism"]
+    assert blockers("megatron", row, model=m) == []
 
 
 def test_deepspeed_export_is_fp16_with_dynamic_loss_scaling_on_v100_cli(capsys):

@@ -4,7 +4,7 @@ format, and what the plan priced that a framework runs differently."""
 from __future__ import annotations
 
 from planner.errors import PlannerError
-from planner.specs.strategy import RANK_ORDERS, Runtime, pp_next_launchable
+from planner.specs.strategy import MASTER_BYTES, RANK_ORDERS, Precision, Runtime, pp_next_launchable
 
 
 def rank_order(row) -> str:
@@ -41,6 +41,21 @@ def plan_line(row) -> str | None:
         return None
     return (f"plan: step {row['step_time_s']:.3g} s, {row['memory_gib']:.1f} GiB per GPU, MFU {row['mfu']:.1%} "
             f"({row['tokens_per_s']:,.0f} tokens/s)")
+
+
+def precision_note(framework: str, row, precision: Precision) -> str | None:
+    """Where the framework stores ZeRO-3's parameters otherwise than the plan priced them: torchtitan's FSDP2 keeps
+    fp32 parameters as the master weights and no 16-bit shard (Precision.params_are_master), Megatron-FSDP and
+    DeepSpeed a 16-bit shard beside an fp32 master. The difference is that 16-bit shard; None where they agree."""
+    if int(row["zero_stage"]) < 3 or "weights_gib" not in row or (framework == "torchtitan") == precision.params_are_master:
+        return None
+    shard = float(row["weights_gib"]) * (precision.param_bytes / MASTER_BYTES if precision.params_are_master else 1)
+    if framework == "torchtitan":
+        return (f"torchtitan's FSDP2 keeps fp32 parameters as the optimizer's master weights and no bf16 shard: about "
+                f"{shard:.1f} GiB per GPU less than planned (--fp32-params prices it)")
+    name = "Megatron-FSDP" if framework == "megatron" else "DeepSpeed ZeRO-3"
+    return (f"{name} keeps a 16-bit parameter shard beside the fp32 master weights, where the plan priced fp32 "
+            f"parameters alone (--fp32-params): about {shard:.1f} GiB per GPU more than planned")
 
 
 def is_fp16(dtype: str) -> bool:

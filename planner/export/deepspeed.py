@@ -10,11 +10,12 @@ from planner.export.common import (
     op_recompute_blocker,
     order_note,
     plan_line,
+    precision_note,
     priced_attention,
     whole_pp_sends,
 )
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Runtime
+from planner.specs.strategy import Job, Precision, Runtime
 
 
 def blockers(row, dtype: str = "bf16") -> list[str]:
@@ -42,7 +43,7 @@ def blockers(row, dtype: str = "bf16") -> list[str]:
 
 
 def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
-                     runtime: Runtime = Runtime()) -> tuple[dict, list[str]]:
+                     runtime: Runtime = Runtime(), precision: Precision = Precision()) -> tuple[dict, list[str]]:
     """A DeepSpeed JSON config and the notes for what lives outside it (TP, PP)."""
     tp, pp, dp, zero = (int(row[k]) for k in ("tp", "pp", "dp", "zero_stage"))
     micro, fp16 = int(row["micro_batch"]), is_fp16(dtype)
@@ -59,8 +60,12 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         # The plan prices fp32 main gradients; DeepSpeed accumulates in the model's bf16 unless told, and with fp32
         # accumulation runs ZeRO-1 as BF16_Optimizer (engine.py _do_optimizer_sanity_check), the same sharding.
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    partition = tp > 1 and not row["sequence_parallel"]
     if row["recompute"] != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": tp > 1, "contiguous_memory_optimization": False}
+        # Partitioning splits each checkpointed layer input over the TP ranks, which hold it whole only without SP
+        # (Megatron refuses its own equivalent, distribute_saved_activations, with SP).
+        cfg["activation_checkpointing"] = {"partition_activations": partition,
+                                           "contiguous_memory_optimization": False}
     notes = [n for n in (plan_line(row), f"data-parallel size {dp}: train_batch_size = micro-batch x gradient "
                                           "accumulation x DP") if n]
     if fp16:
@@ -85,6 +90,8 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
                      "defaults to the model's dtype) where the plan priced fp32 gradients: expect less "
                      "data-parallel traffic than planned, or set \"communication_data_type\": \"fp32\" for the "
                      "plan's (and Megatron's) numerics")
+    if note := precision_note("deepspeed", row, precision):
+        notes.append(note)
     if tp > 1:
         notes.append(f"tensor parallelism {tp} comes from the model code (Megatron-DeepSpeed "
                      f"--tensor-model-parallel-size {tp}), not from this JSON")
@@ -116,6 +123,12 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         notes.append("full recompute: the activation_checkpointing block only configures deepspeed.checkpointing; "
                      "the model code must checkpoint every layer with deepspeed.checkpointing.checkpoint "
                      "(Megatron-DeepSpeed --checkpoint-activations)")
+    if row["recompute"] == "full":
+        # Megatron-DeepSpeed's initialize.py configures deepspeed.checkpointing from its own flags, and an explicit
+        # partition_activations there overrides the JSON's (checkpointing.configure)
+        notes.append("Megatron-DeepSpeed configures deepspeed.checkpointing from its launcher flags, which override "
+                     "this block: --deepspeed-activation-checkpointing"
+                     + (" --partition-activations" if partition else " without --partition-activations"))
     if tp > 1 and row["sequence_parallel"]:
         notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
                      "--sequence-parallel), again in the model code")

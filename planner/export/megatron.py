@@ -12,17 +12,23 @@ from planner.export.common import (
     op_recompute_blocker,
     order_note,
     plan_line,
+    precision_note,
     priced_attention,
     rank_order,
     whole_pp_sends,
 )
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Runtime
+from planner.specs.strategy import Job, Precision, Runtime
 
 
-def blockers(row) -> list[str]:
-    """Every reason Megatron-LM cannot run this layout as planned; empty if it can."""
+def blockers(row, model: ModelSpec | None = None, transformer_engine: bool = True) -> list[str]:
+    """Every reason Megatron-LM cannot run this layout as planned; empty if it can (`transformer_engine` False:
+    Megatron's local implementation, on a GPU Transformer Engine does not support)."""
     why = op_recompute_blocker("megatron", row)
+    if not transformer_engine and model is not None and model.norm == "rmsnorm" and row["sequence_parallel"]:
+        # LocalSpecProvider builds RMSNorm from torch (WrappedTorchNorm), which asserts not config.sequence_parallel
+        why.append("Megatron without Transformer Engine builds RMSNorm from PyTorch's, which refuses sequence "
+                   "parallelism")
     if int(row["pp"]) > 1 and int(row["zero_stage"]) >= 2:
         # Megatron-FSDP and pipeline parallelism are mutually exclusive (Megatron-LM PR #6081's run script).
         why.append("Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism")
@@ -67,7 +73,7 @@ def _mlp_note(m: ModelSpec) -> str | None:
 
 
 def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dtype: str = "bf16",
-                  transformer_engine: bool = True) -> str:
+                  transformer_engine: bool = True, precision: Precision = Precision()) -> str:
     """Megatron-LM command-line arguments for the model, the layout and the runtime features the plan priced;
     `dtype` is the 16-bit format of mixed precision, bf16 or fp16 (HardwareSpec.mixed_precision);
     `transformer_engine` False on a GPU Transformer Engine does not support (HardwareSpec.fused_attention: sm70)."""
@@ -76,6 +82,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     args = _model_args(m, job)
     if not transformer_engine:
         args.append("--transformer-impl local")    # Megatron's default, transformer_engine, needs sm80 or newer
+        if m.norm == "rmsnorm":   # torch's RMSNorm (WrappedTorchNorm) asserts persist_layer_norm off, on by default
+            args.append("--no-persist-layer-norm")
     mlp = _mlp_note(m)
     attention = priced_attention(runtime)
     if transformer_engine and runtime.flash_attention is False:
@@ -161,6 +169,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
         header += ("\n# the plan priced ZeRO-1 as DeepSpeed's BF16_Optimizer runs it (--zero1-all-reduce: the whole "
                    "gradients all-reduced); Megatron's distributed optimizer reduce-scatters them, so expect the same "
                    "or less DP traffic")
+    if note := precision_note("megatron", row, precision):
+        header += "\n# " + note
     if runtime.eager_elementwise:
         header += ("\n# the plan priced eager PyTorch element-wise kernels (--eager-elementwise); Megatron runs fused "
                    "ones, so expect a faster step")

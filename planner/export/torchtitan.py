@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
-from planner.export.common import is_fp16, order_note, plan_line, priced_attention
+from planner.export.common import is_fp16, order_note, plan_line, precision_note, priced_attention
 from planner.specs.model import ModelSpec
-from planner.specs.strategy import Job, Runtime, shard_group
+from planner.specs.strategy import Job, Precision, Runtime, shard_group
 
 
 def pp_unsharded_gib(row) -> float:
@@ -81,7 +81,8 @@ def no_fp16(gpu: str) -> PlannerError:
                                     "scaling); export megatron or deepspeed, which write fp16 with dynamic loss scaling")
 
 
-def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: Runtime = Runtime()) -> str:
+def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: Runtime = Runtime(),
+                    precision: Precision = Precision()) -> str:
     """A torchtitan 0.2.x job-config fragment ([parallelism], [activation_checkpoint], [training]); bf16 only.
     torchtitan 0.3 replaced TOML job files with Python config_registry entries and --section.key overrides (its
     activation checkpointing became FullAC/SelectiveAC configs, without every-N-th-layer checkpointing), so the
@@ -112,6 +113,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
             # micro-batch's forward gathers them again; the plan's ZeRO-1/2 gathered them once per step
             notes.append(f"# FSDP2 frees the gathered weights after each backward: each of the {m_steps} "
                          "micro-batches all-gathers them again, where the plan priced one gather per step")
+    if note := precision_note("torchtitan", row, precision):
+        notes.append("# " + note)
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
     if order := order_note("torchtitan", row):
