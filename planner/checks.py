@@ -32,11 +32,29 @@ def is_real(value) -> bool:
 
 
 def checked_int(value, field: str, minimum: int = 1) -> int:
-    """`value` as a Python int, or the one-line error: an integer of at least `minimum` was expected."""
+    """`value` as a Python int, or the one-line error: an integer of at least `minimum` was expected. A 0-d integer
+    array (np.array(64)) is the integer it holds."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+        value = value.item()
     if not is_int(value) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise PlannerError(field, f"got {value!r}, expected {what}")
     return int(value)
+
+
+def checked_array(value, field: str, least: float = 1, most: float = np.inf):
+    """`value` (a number or an array of them) as an array, or the one-line error naming the first value that is
+    not a finite number in [least, most]: the cost functions' guard against a sign or a NaN priced silently."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "iuf":
+        raise PlannerError(field, f"got {shown(value)}, expected numbers (not {a.dtype})")
+    bad = ~np.isfinite(a) | (a < least) | (a > most)
+    if np.any(bad):
+        first = (a[bad] if a.ndim else a).flat[0].item()
+        span = f">= {least:g}" if most == np.inf else f"from {least:g} to {most:g}"
+        raise PlannerError(field, f"got {'an array holding ' if a.ndim else ''}{first!r}, expected finite numbers "
+                                  f"{span}")
+    return a
 
 
 # The one suffix rule of counts (--tokens, --global-batch-tokens): K, M, G and T are powers of 1000, or of 1024 for

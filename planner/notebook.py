@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from html import escape
 
+from planner.checks import checked_int
 from planner.errors import PlannerError
 
 _FORMATS = {"memory_gib": "{:.1f}", "step_time_s": "{:.2f}", "tokens_per_s": "{:,.0f}", "tflops_per_gpu": "{:.0f}",
-            "mfu": "{:.1%}", "hfu": "{:.1%}", "time_to_train_days": "{:.1f}", "gpu_hours": "{:,.0f}",
+            "mfu": "{:.1%}", "hfu": "{:.1%}", "time_to_train_days": "{:,.1f}", "gpu_hours": "{:,.0f}",
             "cost_usd": "${:,.0f}", "energy_mwh": "{:,.0f}", "scaling_efficiency": "{:.0%}",
             "tokens_per_s_per_gpu": "{:,.0f}"}
 _PREFERRED = ("gpus", "hardware", "tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "vpp", "sequence_parallel",
@@ -15,14 +16,22 @@ _PREFERRED = ("gpus", "hardware", "tp", "cp", "pp", "dp", "micro_batch", "num_mi
               "tokens_per_s", "tflops_per_gpu", "mfu", "scaling_efficiency", "time_to_train_days", "cost_usd")
 
 
-class StyledTable:
-    """A formatted view of a result table: renders as HTML in Jupyter, `.to_html()` / `str()` elsewhere."""
+MAX_ROWS = 100     # a search has thousands of rows; a notebook cell showing them all stalls the browser
 
-    def __init__(self, frame):
-        self.frame = frame
+
+class StyledTable:
+    """A formatted view of a result table: renders as HTML in Jupyter, `.to_html()` / `str()` elsewhere; `rows` is
+    how many rows the table had before `style` kept the first ones."""
+
+    def __init__(self, frame, rows: int | None = None):
+        self.frame, self.rows = frame, len(frame) if rows is None else rows
 
     def to_html(self) -> str:
-        return self.frame.to_html(index=False, escape=True, border=0, classes="planner-table")
+        html = self.frame.to_html(index=False, escape=True, border=0, classes="planner-table")
+        if self.rows > len(self.frame):
+            html += (f"<p>The first {len(self.frame):,} of {self.rows:,} rows; style(df, max_rows=None) shows "
+                     "all.</p>")
+        return html
 
     def _repr_html_(self) -> str:
         return self.to_html()
@@ -31,9 +40,9 @@ class StyledTable:
         return self.frame.to_string(index=False)
 
 
-def style(df, columns=None) -> StyledTable:
+def style(df, columns=None, max_rows: int | None = MAX_ROWS) -> StyledTable:
     """A readable view of a search, sweep or comparison table: the main columns, units formatted (no extra
-    dependency: pandas' own Styler would need jinja2)."""
+    dependency: pandas' own Styler would need jinja2), its first `max_rows` rows (None: all)."""
     import pandas as pd
 
     if not isinstance(df, pd.DataFrame):
@@ -46,12 +55,14 @@ def style(df, columns=None) -> StyledTable:
     if unknown:
         raise PlannerError("columns", f"{', '.join(map(repr, unknown))} not in the table; expected some of "
                                       f"{', '.join(df.columns)}")
-    view = df[cols].copy()
+    if max_rows is not None:
+        checked_int(max_rows, "max_rows")
+    view = df[cols].head(max_rows).copy() if max_rows is not None else df[cols].copy()
     for c in cols:
         if c in _FORMATS:
             fmt = _FORMATS[c]
             view[c] = [fmt.format(v) if not pd.isna(v) else "-" for v in view[c]]     # NaN, None or pd.NA
-    return StyledTable(view)
+    return StyledTable(view, len(df))
 
 
 def evaluation_html(ev) -> str:

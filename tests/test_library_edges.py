@@ -6,6 +6,7 @@ import pytest
 
 import planner
 from planner import PlannerError, Runtime
+from planner.cost import memory, params, pipeline
 from planner.cost.layer import cp_layer_times, layer_times
 from planner.cost.step import step_columns
 from planner.specs.strategy import Job
@@ -104,3 +105,51 @@ def test_namesake_specs_with_different_numbers_are_not_called_the_same_profile()
             planner.compare_hardware("8b", 64, order)
     with pytest.raises(PlannerError, match="are the same profile"):
         planner.compare_hardware("8b", 64, ["a100-80gb", planner.load_hardware("a100")])
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda m: memory.activation_bytes_per_layer(m, 8192, 1, -8, True, "none"), "tp"),
+    (lambda m: memory.activation_bytes_per_layer(m, -8192, 1, 8, True, "none"), "seq_len"),
+    (lambda m: memory.activation_bytes_per_layer(m, np.nan, 1, 8, True, "none"), "seq_len"),
+    (lambda m: memory.activation_bytes_per_layer(m, 8192, np.array([1, 0]), 8, True, "none"), "micro_batch"),
+    (lambda m: memory.state_bytes_per_param(1, -4), "dp"),
+    (lambda m: memory.state_bytes_per_param(4, 8), "zero"),
+    (lambda m: pipeline.bubble_fraction(-4, 8), "pp"),
+    (lambda m: pipeline.bubble_fraction(4, 8, 0), "vpp"),
+    (lambda m: params.kv_dim_per_rank(m, 0), "tp"),
+])
+def test_cost_functions_refuse_what_no_layout_has(call, field):
+    """A negative degree, a NaN length or a ZeRO stage past 3 is an error naming the argument, not negative bytes or
+    a bubble outside [0, 1) returned silently."""
+    with pytest.raises(PlannerError, match=rf"^{field}: got .*expected finite numbers"):
+        call(planner.load_model("405b"))
+
+
+def test_numbers_held_in_arrays_and_objects_read_as_the_numbers():
+    # A 0-d integer array is the integer (gpus=np.array(64)); a sweep's knob columns, object dtype once a row holds
+    # None, price as their numbers; columns of different lengths are one error naming them.
+    assert len(planner.search("8b", np.array(64))) == len(planner.search("8b", 64))
+    assert Job(gpus=np.array(8), seq_len=np.array(4096), global_batch=np.array(64)) == Job(8, 4096, 64)
+    df = planner.sweep("70b", "1,64")
+    ok = df[df["status"] == "ok"]
+    assert ok["tp"].dtype == object
+    m, hw = planner.load_model("70b"), planner.load_hardware("h100-sxm")
+    job = Job(gpus=64, seq_len=8192, global_batch=2048)
+    out = step_columns(m, hw, job, {k: ok[k].to_numpy() for k in planner.Layout.knobs()})
+    assert out["step_time_s"].tolist() == ok["step_time_s"].tolist()
+    cols = {k: np.repeat(ok[k].to_numpy(), 3) for k in planner.Layout.knobs()}
+    cols["tp"] = np.array([2, 2])
+    with pytest.raises(PlannerError, match=r"^cols: columns of shapes \(2,\) and \(3,\); expected columns of one"):
+        step_columns(m, hw, job, cols)
+
+
+def test_a_styled_search_shows_its_first_rows_and_says_so():
+    df = planner.search("405b", 512)
+    view = planner.style(df)
+    assert len(view.frame) == 100 < len(df) == view.rows
+    assert view.to_html().endswith(f"<p>The first 100 of {len(df):,} rows; style(df, max_rows=None) shows all.</p>")
+    whole = planner.style(df, max_rows=None)
+    assert len(whole.frame) == len(df) and "The first" not in whole.to_html()
+    assert "The first" not in planner.style(df.head(3)).to_html()
+    with pytest.raises(PlannerError, match="max_rows: got 0, expected a positive integer"):
+        planner.style(df, max_rows=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_array
 from planner.cost import params as P
 from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight, in_flight_layers,
                                    layers_per_stage, stage_layers)
@@ -27,7 +28,7 @@ def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
     and sharded with the optimizer states; the 16-bit casts are held through forward and backward below stage 3
     and, at stage 3, only one gathered unit at a time (zero3_transient_bytes): 4/d + grads/d + (K - 4)/d.
     """
-    zero, dp = np.asarray(zero), np.asarray(dp)
+    zero, dp = checked_array(zero, "zero", 0, 3), checked_array(dp, "dp")
     master = MASTER_BYTES if precision.params_are_master else 0
     opt_shards = np.where(zero >= 1, dp, 1)
     weights = (np.where(zero >= 3, 0 if master else precision.param_bytes / dp, precision.param_bytes)
@@ -51,7 +52,8 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     rank's full-width partial sum) and, with TP, the two reduce-scatters (params.op_recompute_matmul_params).
     """
     # Floats from the start: int32 token counts overflow in sb·h products (numpy keeps int32 x int as int32).
-    s, b, t = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    s, b = checked_array(seq_len, "seq_len").astype(float), checked_array(micro_batch, "micro_batch").astype(float)
+    t = checked_array(tp, "tp")
     sp, rc = np.asarray(sp, dtype=bool), recompute_codes(recompute)
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0

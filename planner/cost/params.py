@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_array
 from planner.specs.model import ModelSpec
 
 
@@ -75,7 +76,7 @@ def op_recompute_matmul_params(m: ModelSpec) -> int:
 def kv_dim_per_rank(m: ModelSpec, tp):
     """K (or V) width held by one TP rank: kv/t, but at least one whole head (t > g would replicate each KV head
     over t/g ranks; the layout rules refuse it, as Megatron-Core and torchtitan do, but the formula stays total)."""
-    return m.kv_dim / np.minimum(np.asarray(tp), m.kv_heads)
+    return m.kv_dim / np.minimum(checked_array(tp, "tp"), m.kv_heads)
 
 
 def layer_params_per_gpu(m: ModelSpec, tp):

@@ -10,6 +10,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner.checks import checked_array
+
 
 def _edge_split(layers, pp):
     """(middle, edges): Megatron's uneven split (--decoder-first/last-pipeline-num-layers) as the planner sets it when
@@ -124,7 +126,8 @@ def bubble_ratio(pp, num_microbatches, vpp=1):
 
     Narayanan et al. 2021 §2.2.1 (1F1B/GPipe: (p−1)/m) and §2.2.2 (interleaved: (p−1)/(v·m)).
     """
-    return (np.asarray(pp) - 1) / (np.asarray(vpp) * np.asarray(num_microbatches))
+    p, v, m = (checked_array(x, k) for x, k in ((pp, "pp"), (vpp, "vpp"), (num_microbatches, "num_microbatches")))
+    return (p - 1) / (v * m)
 
 
 def bubble_fraction(pp, num_microbatches, vpp=1):

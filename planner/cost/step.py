@@ -51,8 +51,14 @@ def knob_columns(cols: dict) -> dict:
     if missing:
         raise PlannerError("cols", f"missing {', '.join(missing)}; expected a column per knob: "
                                    f"{', '.join(KNOBS)} (or {', '.join(KNOB_COLUMNS)})")
-    c = {k: np.asarray(cols[k] if k in cols else optional[k]) for k in KNOBS}
+    c = {k: _unboxed(np.asarray(cols[k] if k in cols else optional[k])) for k in KNOBS}
     c["recompute"] = recompute_codes(c["recompute"])
+    try:
+        np.broadcast_shapes(*(col.shape for col in c.values()))
+    except ValueError:
+        lengths = sorted({col.shape for col in c.values() if col.ndim}, key=str)
+        raise PlannerError("cols", f"columns of shapes {' and '.join(map(str, lengths))}; expected columns of one "
+                                   "length (or single values)") from None
     for k, col in c.items():
         whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
         least = 0 if k in ("sp", "zero", "recompute", "rc_layers") else 1      # degrees and sizes are at least 1
@@ -63,6 +69,15 @@ def knob_columns(cols: dict) -> dict:
         # int64 (sp: bool) from here on: products of int16/uint8 columns would wrap around
         c[k] = col.astype(bool) if k == "sp" else col.astype(np.int64, copy=False)
     return c
+
+
+def _unboxed(col: np.ndarray) -> np.ndarray:
+    """An object column of plain numbers (a pandas column that once held None or text, such as a sweep's) as the
+    numeric array it holds; anything else unchanged, for the checks to judge."""
+    if col.dtype != object or not col.size:
+        return col
+    values = np.array(col.tolist())
+    return values if values.dtype.kind in "iub" else col
 
 
 def optimizer_traffic_bytes_per_param(precision: Precision) -> float:
