@@ -224,3 +224,34 @@ def state_notes(row, rt, precision) -> list[str]:
                         else "their bf16 casts are held through forward and backward, the master sharded with the "
                              "optimizer states."))
     return notes
+
+
+def price_note(df, hardware: str | None = None) -> str | None:
+    """Whose prices a table's costs use: one provider's, the user's, or (a warning) several providers', which are
+    not like for like; and which rows have no price (a profile without one: `hardware` names it where the table has
+    no hardware column); None without costs."""
+    if "price_provider" not in df or "cost_usd" not in df:
+        return None
+    priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
+    by: dict[str, list[str]] = {}
+    for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
+        by.setdefault(provider, []).append(str(key))
+    notes = []
+    if len(by) == 1:
+        provider = next(iter(by))
+        notes.append("Costs use your --price-per-gpu-hour." if provider == "given" else
+                     f"Costs use the profile's {provider} on-demand price (`plan hardware`; --price-per-gpu-hour for "
+                     "yours).")
+    elif by:
+        listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
+        notes.append(f"Costs use prices from different providers ({listing}), not like for like: the profiles' "
+                     "prices are dated on-demand rates (`plan hardware`).")
+    # rows with a rate but no price (rows without a layout that fits have neither: NaN > 0 is False)
+    unpriced = df[df["price_provider"].isna() & (df["tokens_per_s"] > 0)]
+    if len(unpriced):
+        names = sorted(set(unpriced["hardware"].astype(str))) if "hardware" in unpriced else [hardware] * bool(hardware)
+        several = len(names) > 1
+        which = f"the {', '.join(names)} profile{'s' * several}" if names else "the hardware profile"
+        notes.append(f"Cost n/a: {which} {'carry' if several else 'carries'} no sourced price; --price-per-gpu-hour "
+                     f"gives one{' (to every row)' if several or len(by) else ''}.")
+    return " ".join(notes) or None

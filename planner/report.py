@@ -13,7 +13,7 @@ from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
 from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
-                             recompute_label, rejection_summary, small_batch_note, state_notes, why_first,
+                             price_note, recompute_label, rejection_summary, small_batch_note, state_notes, why_first,
                              zero_label)
 from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
@@ -30,7 +30,8 @@ _CONTRACT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "num_microbatches", "gl
 LAYOUT_KEYS = _CONTRACT_KEYS[:_CONTRACT_KEYS.index("fits")]     # the layout part of a record
 _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
-BUDGET_KEYS = ("time_to_train_days", "gpu_hours", "cost_usd", "price_provider", "energy_mwh")
+BUDGET_KEYS = ("train_tokens", "time_to_train_days", "gpu_hours", "price_usd_per_gpu_hour", "cost_usd",
+               "price_provider", "pue", "energy_mwh")
 
 
 def plain(value):
@@ -137,7 +138,7 @@ def layouts_table(df, title: str) -> Table:
     for i, (_, r) in enumerate(df.iterrows(), 1):
         dominant = max(MEMORY_PARTS, key=lambda k: r[f"{k}_gib"])
         mem = f"{r['memory_gib']:.1f} {'fits' if r['fits'] else 'OOM'}"
-        extra = (f"{r['time_to_train_days']:.1f}", _money(r["cost_usd"])) if budget else ()
+        extra = (f"{r['time_to_train_days']:,.1f}", _money(r["cost_usd"])) if budget else ()
         t.add_row(str(i), str(r["tp"]), *((str(r["cp"]),) if cp else ()), str(r["pp"]), str(r["dp"]),
                   str(r["micro_batch"]),
                   str(r["num_microbatches"]), str(r["vpp"]), "yes" if r["sequence_parallel"] else "no",
@@ -167,6 +168,8 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         if (rows["dp_replicate"] > 1).any():
             out.print(HSDP_LEGEND)
         out.print(why_first(result.table))
+        if "time_to_train_days" in rows:
+            out.print(budget_line(rows.iloc[0], "#1's training budget"))
         for note in filter(None, (price_note(result.table, hw.name), small_batch_note(job))):
             out.print(note)
     else:
@@ -231,11 +234,7 @@ def print_breakdown(ev, out: Console) -> None:
     for line in attention_notes(r, m, res.job, res.runtime) + state_notes(r, res.runtime, res.precision):
         out.print(line)
     if "time_to_train_days" in r:
-        provider = r.get("price_provider")
-        cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"
-                if provider else "no price in the profile (--price-per-gpu-hour)")
-        out.print(f"Training budget: {r['time_to_train_days']:,.1f} days, {r['gpu_hours']:,.0f} GPU-hours, "
-                  f"{cost}, {r['energy_mwh']:,.0f} MWh.")
+        out.print(budget_line(r, "Training budget"))
     out.print(bubble_line(r))
     out.print(f"Rank order {r['placement']} (TP innermost):")
     for line in placement_lines(r, hw):
@@ -252,6 +251,17 @@ def print_breakdown(ev, out: Console) -> None:
 
 
 _BAR, _BAR_WIDTH = "█", 40
+
+
+def budget_line(r, what: str) -> str:
+    """Days, GPU-hours, cost and energy of one row's --tokens, with the price's source and the PUE."""
+    provider = r.get("price_provider")
+    cost = (f"{_money(r['cost_usd'])} ({'your price' if provider == 'given' else provider + ' price'})"
+            if isinstance(provider, str) else "no price in the profile (--price-per-gpu-hour)")
+    scale, unit = next((u for u in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")) if r["train_tokens"] >= u[0]),
+                       (1, ""))
+    return (f"{what} for {r['train_tokens'] / scale:.4g}{unit} tokens: {r['time_to_train_days']:,.1f} days, "
+            f"{r['gpu_hours']:,.0f} GPU-hours, {cost}, {r['energy_mwh']:,.0f} MWh at PUE {r['pue']:g}.")
 
 
 def _bar(value: float, whole: float) -> str:
@@ -284,37 +294,6 @@ def _scaled(x, units) -> str:
     return f"{x / scale:.{digits}f}{unit}"
 
 
-def price_note(df, hardware: str | None = None) -> str | None:
-    """Whose prices a table's costs use: one provider's, the user's, or (a warning) several providers', which are
-    not like for like; and which rows have no price (a profile without one: `hardware` names it where the table has
-    no hardware column); None without costs."""
-    if "price_provider" not in df or "cost_usd" not in df:
-        return None
-    priced = df[df["cost_usd"].notna() & df["price_provider"].notna()]
-    by: dict[str, list[str]] = {}
-    for key, provider in zip(priced.get("hardware", priced.index.astype(str)), priced["price_provider"]):
-        by.setdefault(provider, []).append(str(key))
-    notes = []
-    if len(by) == 1:
-        provider = next(iter(by))
-        notes.append("Costs use your --price-per-gpu-hour." if provider == "given" else
-                     f"Costs use the profile's {provider} on-demand price (`plan hardware`; --price-per-gpu-hour for "
-                     "yours).")
-    elif by:
-        listing = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in sorted(by.items()))
-        notes.append(f"Costs use prices from different providers ({listing}), not like for like: the profiles' "
-                     "prices are dated on-demand rates (`plan hardware`).")
-    # rows with a rate but no price (rows without a layout that fits have neither: NaN > 0 is False)
-    unpriced = df[df["price_provider"].isna() & (df["tokens_per_s"] > 0)]
-    if len(unpriced):
-        names = sorted(set(unpriced["hardware"].astype(str))) if "hardware" in unpriced else [hardware] * bool(hardware)
-        several = len(names) > 1
-        which = f"the {', '.join(names)} profile{'s' * several}" if names else "the hardware profile"
-        notes.append(f"Cost n/a: {which} {'carry' if several else 'carries'} no sourced price; --price-per-gpu-hour "
-                     f"gives one{' (to every row)' if several or len(by) else ''}.")
-    return " ".join(notes) or None
-
-
 def summary_table(df, title: str, first: str) -> Table:
     """One row per GPU count (sweep) or per hardware (comparison), with budget columns when present."""
     t = Table(title=title, title_justify="left", header_style="bold")
@@ -336,16 +315,19 @@ def summary_table(df, title: str, first: str) -> Table:
         if first == "GPUs":
             cells.append(f"{r['scaling_efficiency']:.0%}")
         if budget:
-            cells += [f"{r['time_to_train_days']:.1f}", f"{r['gpu_hours']:,.0f}", _money(r["cost_usd"]),
+            cells += [f"{r['time_to_train_days']:,.1f}", f"{r['gpu_hours']:,.0f}", _money(r["cost_usd"]),
                       f"{r['energy_mwh']:,.0f}"]
         t.add_row(*cells)
     return t
 
 
 def frame_document(title: str, df) -> dict:
-    """A sweep's or comparison's JSON: its title, the runtime and precision its rows were priced with (the frame's
-    attributes, which planner.sweep and compare_hardware set) and the rows."""
-    return {"title": title, **priced_with(df.attrs["runtime"], df.attrs["precision"]), "rows": frame_records(df)}
+    """A sweep's or comparison's JSON: its title, the model, sequence length and global batch, the runtime and
+    precision its rows were priced with (the frame's attributes, which planner.sweep and compare_hardware set) and
+    the rows."""
+    job = {k: df.attrs[k] for k in ("model", "seq_len", "global_batch") if k in df.attrs}
+    return {"title": title, **job, **priced_with(df.attrs["runtime"], df.attrs["precision"]),
+            "rows": frame_records(df)}
 
 
 def frame_records(df) -> list[dict]:

@@ -95,10 +95,14 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=No
     price, provider = price_and_provider(hw, price_usd_per_gpu_hour)
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
     hours = budget.gpu_hours(gpus, seconds)
+    # The inputs travel with the results, so that a record's cost and energy can be checked alone.
+    df["train_tokens"] = float(tokens)
     df["time_to_train_days"] = seconds / 86400.0
     df["gpu_hours"] = hours
+    df["price_usd_per_gpu_hour"] = np.nan if price is None else float(price)
     df["cost_usd"] = budget.cost_usd(hours, price)
     df["price_provider"] = provider
+    df["pue"] = float(pue)
     df["energy_mwh"] = budget.energy_j(gpus, seconds, hw.tdp_w, pue) / 3.6e9           # 1 MWh = 3.6e9 J
     return df
 
@@ -198,8 +202,21 @@ def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=Non
     if tokens is not None:
         add_budget_columns(df, tokens, df["gpus"].to_numpy(), hw, price_usd_per_gpu_hour, pue)
     df["hardware"] = hw.name                     # rows stand alone in CSV and JSON (a renamed profile names its network)
-    df.attrs.update(hardware=hw.name, tokens=tokens, **_priced_with(search_kwargs, hw))
+    df.attrs.update(hardware=hw.name, tokens=tokens, **_job_context(m, search_kwargs),
+                    **_priced_with(search_kwargs, hw))
     return df
+
+
+def _job_context(m, search_kwargs: dict) -> dict:
+    """The model, sequence length and global batch every row was priced with (frame attributes the JSON output
+    records); empty when they are not valid, which the rows then say."""
+    from planner.candidates import make_job
+
+    try:
+        job = make_job(m, 1, *(search_kwargs.get(k) for k in ("seq_len", "global_batch", "global_batch_tokens")))
+    except PlannerError:
+        return {}
+    return {"model": m.name, "seq_len": job.seq_len, "global_batch": job.global_batch}
 
 
 def _priced_with(search_kwargs: dict, hw=None) -> dict:
@@ -270,7 +287,7 @@ def compare_hardware(model, gpus, hardware_names, tokens=None, price_usd_per_gpu
     if key not in df:
         raise PlannerError("--sort", f"sorting by {sort} needs --tokens")
     df = df.sort_values(key, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
-    df.attrs.update(priced)
+    df.attrs.update(**_job_context(m, search_kwargs), **priced)
     return df
 
 

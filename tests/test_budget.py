@@ -152,3 +152,39 @@ def test_rows_where_nothing_fits_are_not_called_unpriced():
     assert price_note(given) == "Costs use your --price-per-gpu-hour."
     res = runner.invoke(app, ["sweep", "--model", "70b", "--gpus", "8..32", "--tokens", "1T"])
     assert res.exit_code == 0 and "Cost n/a" not in res.output
+
+
+def test_a_records_budget_checks_alone_and_the_ranked_table_shows_all_of_it():
+    """Every budget record carries its inputs (tokens, price, PUE) beside its results, so cost and energy can be
+    recomputed from the record; the ranked table's line for #1 shows GPU-hours and energy, which --pue moves."""
+    import json
+
+    base = ["--model", "8b", "--gpus", "64", "--tokens", "1T", "--top", "2"]
+    doc = json.loads(runner.invoke(app, base + ["--format", "json", "--price-per-gpu-hour", "2", "--pue", "1.5"]).stdout)
+    rec = doc["configs"][0]
+    assert (rec["train_tokens"], rec["price_usd_per_gpu_hour"], rec["pue"], rec["price_provider"]) == (1e12, 2.0, 1.5,
+                                                                                                     "given")
+    seconds = rec["train_tokens"] / rec["tokens_per_s"]
+    assert rec["gpu_hours"] == pytest.approx(64 * seconds / 3600, rel=1e-12)
+    assert rec["cost_usd"] == pytest.approx(rec["gpu_hours"] * 2.0, rel=1e-12)
+    assert rec["energy_mwh"] == pytest.approx(64 * 700 * seconds * 1.5 / 3.6e9, rel=1e-12)     # H100 SXM: 700 W TDP
+    unpriced = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "mi300x", "--tokens", "1T",
+                                              "--top", "1", "--format", "json"]).stdout)["configs"][0]
+    assert unpriced["price_usd_per_gpu_hour"] is None and unpriced["cost_usd"] is None and unpriced["pue"] == 1.2
+    lines = {pue: next(line for line in runner.invoke(app, base + ["--pue", pue]).stdout.splitlines()
+                       if line.startswith("#1's training budget"))
+             for pue in ("1.2", "1.5")}
+    assert lines["1.2"] != lines["1.5"] and lines["1.5"].endswith(" MWh at PUE 1.5.")
+    assert " tokens: " in lines["1.5"] and " GPU-hours, " in lines["1.5"] and lines["1.5"].startswith(
+        "#1's training budget for 1T tokens: ")
+
+
+def test_sweep_and_comparison_json_name_the_job_their_rows_price():
+    import json
+
+    doc = json.loads(runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "64..128", "--seq-len", "4096",
+                                         "--format", "json"]).stdout)
+    assert (doc["model"], doc["seq_len"], doc["global_batch"]) == ("llama-3.1-8b", 4096, 4096)
+    doc = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,b200",
+                                         "--global-batch", "64", "--format", "json"]).stdout)
+    assert (doc["model"], doc["seq_len"], doc["global_batch"]) == ("llama-3.1-8b", 8192, 64)

@@ -252,7 +252,7 @@ def test_sweep_and_comparison_json_name_the_runtime_and_precision_they_were_pric
     both = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--hardware", "h100-sxm,v100",
                                           "--zero1-all-reduce", "--format", "json"]).stdout)
     assert both["runtime"]["flash_attention"] is None and both["runtime"]["zero1_all_reduce"] is True
-    assert list(both) == ["title", "runtime", "precision", "rows"]
+    assert list(both) == ["title", "model", "seq_len", "global_batch", "runtime", "precision", "rows"]
 
 
 def test_sweep_columns_keep_their_order_whichever_count_comes_first():
