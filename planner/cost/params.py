@@ -33,8 +33,9 @@ def one_norm_params(m: ModelSpec) -> int:
 
 
 def norm_params(m: ModelSpec) -> int:
-    """Two norms per layer."""
-    return 2 * one_norm_params(m)
+    """Two norms per layer (+ the query and key norms over head_dim with qk_norm, Qwen3's q_norm and k_norm)."""
+    qk = 2 * m.head_dim * (2 if m.norm == "layernorm" else 1) if m.qk_norm else 0
+    return 2 * one_norm_params(m) + qk
 
 
 def position_params(m: ModelSpec) -> int:

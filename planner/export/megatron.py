@@ -47,6 +47,8 @@ def _model_args(m: ModelSpec, job: Job) -> list[str]:
     args.append(f"--max-position-embeddings {max(job.seq_len, m.seq_len)}")
     args.append("--position-embedding-type " + ("learned_absolute" if m.learned_positions else "rope"))
     args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.qk_norm:
+        args.append("--qk-layernorm")        # the query and key norms (of the --normalization kind)
     if m.gated_mlp and m.activation == "silu":
         args.append("--swiglu")
     elif not m.gated_mlp and m.activation == "relu2":

@@ -46,6 +46,7 @@ class ModelSpec:
     qkv_bias: bool = False      # biases on Q, K, V only (Qwen2)
     learned_positions: bool = False
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
+    qk_norm: bool = False       # a norm over each head's queries and keys (Qwen3: q_norm, k_norm; --qk-layernorm)
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
@@ -60,7 +61,7 @@ class ModelSpec:
             value = getattr(self, f)
             if not is_int(value) or value < 1:
                 raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
-        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout"):
+        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout", "qk_norm"):
             if not isinstance(getattr(self, f), bool):
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
         if self.norm not in ("rmsnorm", "layernorm"):
@@ -125,6 +126,7 @@ class ModelFile(BaseModel):
     qkv_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
+    qk_norm: bool = False
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
     activation: Literal[ACTIVATIONS] | None = None      # default: silu if gated_mlp, else gelu
 
@@ -163,7 +165,8 @@ class ModelFile(BaseModel):
             kv_heads=self.kv_heads or self.heads, vocab=self.vocab, seq_len=self.seq_len,
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
-            qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout, description=self.description,
+            qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
+            qk_norm=self.qk_norm, description=self.description,
             sliding_window=self.sliding_window, activation=self.activation or "",
         )
 
@@ -257,6 +260,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
             qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
+            qk_norm=mtype == "qwen3",             # Qwen3Attention's q_norm and k_norm (RMSNorm over head_dim)
             activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype == "gemma" else
             _hf_activation(cfg, where, "hidden_act"),
         )

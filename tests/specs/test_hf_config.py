@@ -112,16 +112,21 @@ def test_hf_gemma_ties_embeddings_by_default(tmp_path):
 
 def test_hf_head_dim_defaults_are_transformers_own(tmp_path):
     """Without head_dim, Qwen3Config takes 128 and GemmaConfig 256 (not hidden / heads). Qwen3-0.6B by hand: per
-    layer 1024·2048 (q) + 2·1024·1024 (k, v: 8 heads × 128) + 2048·1024 (o) + 3·1024·3072 + 2·1024 = 15,730,688, and
-    the q/k norms (2·128) the planner does not count; × 28, one tied 151936 × 1024 embedding, a final norm:
-    596,042,752 + 28·256 = 596,049,920, the model's published count."""
+    layer 1024·2048 (q) + 2·1024·1024 (k, v: 8 heads × 128) + 2048·1024 (o) + 3·1024·3072 + 2·1024 = 15,730,688,
+    and the q/k norms (q_norm, k_norm: 2·128); × 28, one tied 151936 × 1024 embedding, a final norm: 596,049,920,
+    the model's published count. The Megatron export builds the same norms (--qk-layernorm)."""
     cfg = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
            "num_key_value_heads": 8, "num_hidden_layers": 28, "vocab_size": 151936, "tie_word_embeddings": True,
            "max_position_embeddings": 40960}
     m = load_model(write_config(tmp_path, cfg))
-    assert m.head_dim == 128 and m.q_dim == 2048
-    layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072 + 2 * 1024
-    assert total_params(m) == 28 * layer + 151936 * 1024 + 1024 == 596_049_920 - 28 * 256
+    assert m.head_dim == 128 and m.q_dim == 2048 and m.qk_norm
+    layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072 + 2 * 1024 + 2 * 128
+    assert total_params(m) == 28 * layer + 151936 * 1024 + 1024 == 596_049_920
+    from planner import evaluate
+    from planner.export import export
+    ev = evaluate(m, 8, tp=1, pp=1, dp=8)
+    assert "--qk-layernorm" in export("megatron", ev.row, m, ev.result.job)[0]
+    assert not load_model(write_config(tmp_path, {**cfg, "model_type": "qwen2"}, "qwen2")).qk_norm
     gemma = {k: v for k, v in GEMMA_7B_CONFIG.items() if k != "head_dim"}
     assert load_model(write_config(tmp_path, gemma, "gemma")).head_dim == 256
 
