@@ -45,6 +45,11 @@ MODEL_FILE_CASES = [
     ("yaml-scalar", "scalar.yaml", "just a string\n", ["--model", "mapping", "str"]),
     ("missing-required-field", "nohidden.yaml", preset_text_without("hidden"), ["hidden", "missing"]),
     ("unknown-field", "typo.yaml", PRESET_8B.read_text() + "tied_embedings: true\n", ["tied_embedings", "unknown"]),
+    # a typo of an optional field is named with the field it is closest to, as a required one's is
+    ("typo-of-optional-field", "kv.yaml", PRESET_8B.read_text().replace("kv_heads: 8", "kv_head: 8"),
+     ["kv_head: unknown field (typo?); did you mean 'kv_heads'?"]),
+    ("yaml-yes-for-a-number", "yes.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: yes"),
+     ["layers", "got True (YAML reads yes/no, on/off and true/false as booleans)"]),
     ("moe-field", "moe.yaml", PRESET_8B.read_text() + "num_experts: 8\n", ["num_experts", "mixture-of-experts",
                                                                            "dense"]),
     ("wrong-type-layers", "many.yaml", PRESET_8B.read_text().replace("layers: 32", "layers: many"),
@@ -144,8 +149,12 @@ HW_CASES = [
      ["efficiency.overlap_slowdown_intra_node", "1.5"]),
     ("overlap-slowdown-negative", "overlap_slowdown_inter_node: 0.0", "overlap_slowdown_inter_node: -0.1",
      ["efficiency.overlap_slowdown_inter_node", "-0.1"]),
-    ("nan-bandwidth", "hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: .nan", ["gpu.hbm_bandwidth_tb_per_s"]),
-    ("inf-tdp", "tdp_w: 700", "tdp_w: .inf", ["gpu.tdp_w"]),
+    ("nan-bandwidth", "hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: .nan",
+     ["gpu.hbm_bandwidth_tb_per_s: got nan, expected a finite number"]),
+    ("inf-tdp", "tdp_w: 700", "tdp_w: .inf", ["gpu.tdp_w: got inf, expected a finite number"]),
+    ("typo-of-nested-optional-field", "bandwidth_gb_per_s_per_direction:", "bandwith_gb_per_s_per_direction:",
+     ["node.intra_node.bandwith_gb_per_s_per_direction: unknown field (typo?); did you mean "
+      "'bandwidth_gb_per_s_per_direction'?"]),
     ("string-hbm", "hbm_capacity_gib: 79.65", "hbm_capacity_gib: eighty", ["gpu.hbm_capacity_gib", "eighty"]),
     ("missing-name", "name: h100-sxm\n", "", ["name", "missing"]),
     # strict types, as in model files: YAML booleans, quoted numbers and floats are not coerced

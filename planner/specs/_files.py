@@ -163,7 +163,7 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
         loc = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (typo?)"
+            msg = "unknown field (typo?)" + _close_field(schema, err["loc"])
         elif err["type"] == "missing" and len(missing) > 1:      # all of them at once, not one per attempt
             loc = ".".join(str(p) for p in scope)
             msg = f"required fields are missing: {', '.join(map(str, missing))}"
@@ -171,6 +171,10 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
             msg = "required field is missing"
         elif err["type"] == "value_error":           # a cross-field check: its message names the fields
             msg = str(err["msg"]).removeprefix("Value error, ")
+        elif isinstance(got, float) and not math.isfinite(got):
+            msg = f"got {got!r}, expected a finite number"
+        elif isinstance(got, bool) and not err["type"].startswith("bool"):
+            msg = f"{err['msg']}, got {got!r} (YAML reads yes/no, on/off and true/false as booleans)"
         else:
             shown = repr(got)
             if len(shown) > 80:                      # a whole record given where a value belongs: its type is enough
@@ -184,6 +188,28 @@ def validate(schema: type[BaseModel], data: dict[str, Any], where: str) -> BaseM
                     msg += (f" (text in YAML: write {got!r} as a plain number, e.g. {float(got):.1e} with a dot and "
                             "a sign)")
         raise PlannerError(f"{where}: {loc}" if loc else where, msg) from None
+
+
+def _close_field(schema: type[BaseModel], loc: tuple) -> str:
+    """'; did you mean ...?' naming the field of the record at `loc` closest to the unknown key, or ''."""
+    import difflib
+    import typing
+
+    model = schema
+    for part in loc[:-1]:                         # walk the nested records; list indices stay on the item type
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        kinds += [a for k in kinds for a in typing.get_args(k)]
+        model = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if model is None:
+            return ""
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _reads_as_number(text: str) -> bool:
