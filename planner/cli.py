@@ -199,7 +199,8 @@ def plan(
                                    result.hardware, budget["price_usd_per_gpu_hour"], budget["pue"])
     if fmt is Format.table:
         # with --export, stdout is the launch file: a search that found nothing to export reports on stderr
-        report.print_search(result, top, _err() if export is not None else out, _err())
+        report.print_search(result, top, _err() if export is not None else out, _err(),
+                            default_batch=global_batch is None and batch_tokens is None)
     elif fmt is Format.json:
         _emit(report.to_json(result, top), output)
     else:

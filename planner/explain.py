@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from planner.cost.pipeline import bubble_ratio
@@ -85,13 +87,15 @@ def rejection_summary(considered: int, rejected: dict[str, int], kept: int) -> s
 
 
 def small_batch_note(job) -> str | None:
-    """A global batch of fewer sequences than GPUs caps DP (DP x micro-batch divides the batch), so TP x CP x PP
-    spans at least gpus/batch GPUs, and a pipeline has at most batch micro-batches: a benchmark's batch."""
+    """The model's default global batch (a preset's source may be a small benchmark's) of fewer sequences than GPUs:
+    DP divides both the GPU count and the batch (DP x micro-batch divides it), so TP x CP x PP spans at least
+    gpus / gcd(gpus, batch) GPUs. For the default only (the caller knows): a batch the user chose is meant."""
     if job.global_batch >= job.gpus:
         return None
-    return (f"Note: the global batch ({job.global_batch} sequence{'s' * (job.global_batch != 1)}) is smaller than "
-            f"the {job.gpus} GPUs, so the model-parallel group (TP x CP x PP) spans at least "
-            f"{-(-job.gpus // job.global_batch)} GPUs; --global-batch or --global-batch-tokens sets a production batch.")
+    return (f"Note: the model's default global batch ({job.global_batch} sequence{'s' * (job.global_batch != 1)}) "
+            f"is smaller than the {job.gpus} GPUs, so the model-parallel group (TP x CP x PP) spans at least "
+            f"{job.gpus // math.gcd(job.gpus, job.global_batch)} GPUs; --global-batch or --global-batch-tokens sets "
+            "yours.")
 
 
 def bubble_line(row) -> str:

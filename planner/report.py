@@ -150,7 +150,8 @@ def layouts_table(df, title: str) -> Table:
 MAX_TABLE_ROWS = 500      # a terminal table longer than this is unreadable (and slow to lay out); CSV/JSON take all
 
 
-def print_search(result: SearchResult, top: int, out: Console, err: Console) -> None:
+def print_search(result: SearchResult, top: int, out: Console, err: Console, default_batch: bool = False) -> None:
+    """The ranked table and its notes; `default_batch`: the global batch is the model's own (no batch flag given)."""
     m, hw, job = result.model, result.hardware, result.job
     shown = len(result.table) if len(result.table) else len(result.closest)
     if top > MAX_TABLE_ROWS and shown > MAX_TABLE_ROWS:
@@ -170,7 +171,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console) -> 
         out.print(why_first(result.table))
         if "time_to_train_days" in rows:
             out.print(budget_line(rows.iloc[0], "#1's training budget"))
-        for note in filter(None, (price_note(result.table, hw.name), small_batch_note(job))):
+        for note in filter(None, (price_note(result.table, hw.name), small_batch_note(job) if default_batch else None)):
             out.print(note)
     else:
         pins = {k: v for k, v in result.pins.__dict__.items() if v is not None}

@@ -347,14 +347,21 @@ def test_a_pinned_layout_without_gradient_accumulation_fusion_says_what_its_comp
 
 
 def test_a_batch_of_fewer_sequences_than_gpus_says_what_it_forces(capsys):
-    # gpt-22b keeps its source's batch of 4 (Korthikanti Table 3, 8 GPUs): on 64 GPUs DP is at most 4, so every
-    # ranked layout has TP x CP x PP >= 16, and the plan says so; a production batch drops the note.
+    # gpt-22b keeps its source's batch of 4 (Korthikanti Table 3, 8 GPUs): on 64 GPUs DP divides both 64 and 4, so
+    # every ranked layout has TP x CP x PP >= 64 / gcd(64, 4) = 16, and the plan says so; a batch the user sets
+    # (or a long-context job's few long sequences) gets no note.
     from cli_contract import run
+
+    from planner.explain import small_batch_note
+    from planner.specs.strategy import Job
 
     code, out, _ = run(capsys, "-m", "22b", "-g", "64", "--top", "3", "--format", "json")
     assert code == 0 and all(r["tp"] * r["cp"] * r["pp"] >= 16 for r in json.loads(out)["configs"])
     code, out, _ = run(capsys, "-m", "22b", "-g", "64", "--top", "1")
-    assert code == 0 and ("Note: the global batch (4 sequences) is smaller than the 64 GPUs, so the model-parallel "
-                          "group (TP x CP x PP) spans at least 16 GPUs") in " ".join(out.split())
-    code, out, _ = run(capsys, "-m", "22b", "-g", "64", "--top", "1", "--global-batch", "64")
-    assert code == 0 and "smaller than the" not in out
+    assert code == 0 and ("Note: the model's default global batch (4 sequences) is smaller than the 64 GPUs, so the "
+                          "model-parallel group (TP x CP x PP) spans at least 16 GPUs") in " ".join(out.split())
+    for batch in (["--global-batch", "4"], ["--global-batch-tokens", "8K"], ["--global-batch", "64"]):
+        code, out, _ = run(capsys, "-m", "22b", "-g", "64", "--top", "1", *batch)
+        assert code == 0 and "smaller than the" not in out, batch
+    assert "spans at least 8 GPUs" in small_batch_note(Job(64, 2048, 24))        # 64 / gcd(64, 24), not 3
+    assert small_batch_note(Job(64, 2048, 64)) is None
