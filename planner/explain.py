@@ -218,13 +218,16 @@ def attention_notes(row, m, job, rt) -> list[str]:
 def state_notes(row, rt, precision) -> list[str]:
     """How one layout's gradients are accumulated and its parameters stored, where that is not the default."""
     notes = []
+    if row["zero_stage"] == 3:
+        notes.append("Gathered: ZeRO-3's full-width units at their peak (the unit being computed, the next one "
+                     "prefetched, the gradient being made and the previous one waiting for its reduce-scatter).")
     if not rt.grad_accumulation_fusion and int(row["num_microbatches"]) > 1:
         notes.append("Compute includes adding each micro-batch's weight gradient to the accumulated one in a kernel "
                      "of its own (no gradient-accumulation fusion); Megatron's --gradient-accumulation-fusion saves "
                      "it.")
     if precision.params_are_master:
         notes.append("Weights are the fp32 parameters, the optimizer's master copy (--fp32-params): "
-                     + ("ZeRO-3 holds bf16 casts only of the gathered layers (under other)." if row["zero_stage"] == 3
+                     + ("ZeRO-3 holds bf16 casts only of the gathered units." if row["zero_stage"] == 3
                         else "their bf16 casts are held through forward and backward, the master sharded with the "
                              "optimizer states."))
     return notes

@@ -217,6 +217,8 @@ def print_breakdown(ev, out: Console) -> None:
     for col in ("part", "GiB", "share", f"of HBM ({_BAR} = {hbm / _BAR_WIDTH:.1f} GiB)"):
         mt.add_column(col, justify="right" if col in ("GiB", "share") else "left")
     for k, v in ev.memory_gib.items():
+        if k == "gathered" and v == 0:                 # only ZeRO-3 gathers units
+            continue
         mt.add_row(k, f"{v:.2f}", f"{v / r['memory_gib']:.0%}", _bar(v, hbm))
     mt.add_row("[bold]total[/bold]", f"[bold]{r['memory_gib']:.2f}[/bold]", "",
                _bar(r["memory_gib"], hbm) + f"  limit {ev.capacity_gib:.1f} GiB after headroom")

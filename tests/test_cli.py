@@ -39,7 +39,8 @@ def test_json_follows_the_contract():
     assert 1 <= len(doc["configs"]) <= 5
     for c in doc["configs"]:
         assert CONFIG_KEYS <= set(c)
-        assert set(c["memory_breakdown_gib"]) == {"weights", "gradients", "optimizer", "activations", "other"}
+        assert set(c["memory_breakdown_gib"]) == {"weights", "gradients", "optimizer", "activations", "gathered",
+                                                  "other"}
         assert set(c["time_breakdown_s"]) == {"compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
                                               "optimizer"}
         assert c["tp"] * c["cp"] * c["pp"] * c["dp"] == 512 and c["tp"] <= 8 and c["fits"] is True
@@ -63,6 +64,21 @@ def test_pinned_layout_prints_breakdown_and_verdict():
     assert "fits" in res.output and "dominated by" in res.output
     for part in ("weights", "optimizer", "activations", "compute", "tp_comm", "bubble"):
         assert part in res.output
+
+
+def test_zero3_gathered_units_are_a_part_of_their_own():
+    """ZeRO-3's transient full-width units get their own row (and a note saying what they are); a layout below
+    stage 3 gathers nothing, so its breakdown has no such row. The parts still add up to the total printed."""
+    pinned = ["--model", "70b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64", "--micro-batch", "1",
+              "--recompute", "full"]
+    z3 = runner.invoke(app, pinned + ["--zero", "3"])
+    assert z3.exit_code == 0, z3.output
+    assert "│ gathered" in z3.output and "Gathered: ZeRO-3's full-width units" in z3.output
+    doc = json.loads(runner.invoke(app, pinned + ["--zero", "3", "--format", "json"]).output)
+    parts = doc["memory_breakdown_gib"]                 # a pinned layout's JSON is that one layout
+    assert parts["gathered"] > 0 and sum(parts.values()) == pytest.approx(doc["memory_gib"], rel=1e-4)
+    z1 = runner.invoke(app, pinned + ["--zero", "1"])
+    assert "│ gathered" not in z1.output and "Gathered:" not in z1.output
 
 
 def test_pinned_layout_that_does_not_fit_exits_1_with_breakdown():

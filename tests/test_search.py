@@ -44,7 +44,7 @@ def test_counts_add_up(search_405b_512):
 
 def test_breakdown_parts_sum_to_totals(search_405b_512):
     t = search_405b_512.table
-    mem = t[[f"{k}_gib" for k in ("weights", "gradients", "optimizer", "activations", "other")]].sum(axis=1)
+    mem = t[[f"{k}_gib" for k in ("weights", "gradients", "optimizer", "activations", "gathered", "other")]].sum(axis=1)
     assert np.allclose(mem, t.memory_gib)
     tim = t[[f"{k}_s" for k in ("compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")]].sum(
         axis=1)

@@ -15,7 +15,8 @@ from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight,
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import MASTER_BYTES, Precision, recompute_codes, shard_group
 
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
+# "gathered": ZeRO-3's transient full-width units, apart from "other" so that a layout they dominate says so.
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "gathered", "other")
 
 
 def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
@@ -153,10 +154,11 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
     the logits of one micro-batch, and on the first stage the in-flight micro-batches' token ids and embedding
     dropout masks (embedding_input_bytes).
-    other: fixed framework overhead (CUDA context, workspaces, NCCL buffers), the working set of the layer being
-    recomputed, and under ZeRO-3 the transients of the gathered units (zero3_transient_bytes; a unit is a layer for
+    gathered: under ZeRO-3, the peak transients of the gathered units (zero3_transient_bytes; a unit is a layer for
     FSDP's per-block wrapping, the largest weight matrix for DeepSpeed's per-module gathering, and the embedding or
-    output head on the edge stages).
+    output head on the edge stages); 0 below stage 3.
+    other: fixed framework overhead (CUDA context, workspaces, NCCL buffers) and the working set of the layer being
+    recomputed.
     Context parallelism (cp ranks) keeps s/cp tokens of every activation per rank (Megatron-Core: each rank stores
     the K and V of its own chunk and gathers them again in backward), and ZeRO shards over the dp·cp ranks that hold
     the same weights, or with hybrid sharding (HSDP) over a group of dp·cp/dp_replicate of them.
@@ -194,7 +196,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
             + np.where(r == p - 1, logits, 0.0)
             # the first stage keeps its in-flight micro-batches' token ids and embedding dropout masks
             + np.where(r == 0, first_chunk_in_flight(p, num_microbatches, vpp) * embedded, 0.0),
-            "other": overhead_bytes + work + np.where(zero3, transient, 0.0),
+            "gathered": np.where(zero3, transient, 0.0),
+            "other": overhead_bytes + work,
         }
         total = sum(parts.values())
         if best_total is None:

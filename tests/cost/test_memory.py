@@ -207,7 +207,7 @@ def test_kv_heads_are_replicated_not_split_when_tp_exceeds_them():
 
 
 def test_zero3_transient_buffers_by_hand():
-    """ZeRO-3 'other' adds the peak transients along the stage's gathered units in backward order: the unit's
+    """ZeRO-3's 'gathered' part is the peak of the transients along the stage's gathered units in backward order: the unit's
     16-bit weights, the next unit's prefetched weights, the gradient being computed (16-bit) and the previous unit's
     waiting for its reduce-scatter (grad dtype). Llama 3.1 8B, one stage, TP 1: layer l = 218,112,000, head and
     embedding E = H = 128,256 x 4096 = 525,336,576. Steps: head 2(2H + l) = 2,537,570,304; last layer
@@ -217,15 +217,16 @@ def test_zero3_transient_buffers_by_hand():
     226,576,896 per rank, outweighs the 51,200 x 12,288 / 8 = 78,643,200 head: 10 x 226,576,896."""
     m = load_model("llama-3.1-8b")
     kw = dict(s=4096, pp=1, dp=8, b=1, mb=1, vpp=1, sp=False, rc=0, flash=True)
-    extra = total(m, tp=1, zero=3, **kw)["other"] - total(m, tp=1, zero=2, **kw)["other"]
+    extra = total(m, tp=1, zero=3, **kw)["gathered"]
+    assert total(m, tp=1, zero=2, **kw)["gathered"] == 0                # no stage below 3 gathers
+    assert total(m, tp=1, zero=3, **kw)["other"] == total(m, tp=1, zero=2, **kw)["other"]
     assert 6 * 218_112_000 + 4 * 525_336_576 == 3_410_018_304
     assert extra == pytest.approx(3_410_018_304, rel=1e-12)
-    grads16 = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 3, Precision(grad_bytes=2))[0]["other"]
-    plain = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 2, Precision(grad_bytes=2))[0]["other"]
-    assert grads16 - plain == pytest.approx(2 * (2 * 525_336_576 + 218_112_000), rel=1e-12)
+    grads16 = memory.memory_breakdown(m, 4096, 1, 1, 8, 1, 1, 1, False, 0, 3, Precision(grad_bytes=2))[0]
+    assert grads16["gathered"] == pytest.approx(2 * (2 * 525_336_576 + 218_112_000), rel=1e-12)
     g = load_model("gpt3-175b")
     kw = dict(s=2048, pp=1, dp=8, b=1, mb=1, vpp=1, sp=True, rc=0, flash=True)
-    extra = total(g, tp=8, zero=3, **kw)["other"] - total(g, tp=8, zero=2, **kw)["other"]
+    extra = total(g, tp=8, zero=3, **kw)["gathered"]
     # per rank: 12h² weights and the column-parallel biases (QKV 3h, MLP in 4h) over 8, the two LayerNorms (4h) and
     # the row-parallel biases (2h) whole
     assert (12 * 12288**2 + 7 * 12288) / 8 + 6 * 12288 == 226_576_896
