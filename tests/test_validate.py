@@ -260,7 +260,11 @@ def test_readme_strong_scaling_figures(tmp_path):
     path = tmp_path / "mcore-gpt3-175b.yaml"
     path.write_text(yaml.safe_dump(model))
     df = planner.sweep(str(path), [96, 4608], hardware="h100-sxm", runtime=planner.Runtime(tp_comm_overlap=True))
-    assert [round(100 * x, 1) for x in df["mfu"]] == [46.9, 45.9]
+    assert [round(100 * x, 1) for x in df["mfu"]] == [46.9, 45.9]      # README's figures, kept true
+    # and against the measurement: MFU falls as the same batch spreads over 48x the GPUs, each point within the
+    # issue's 20% of what the source measured
+    assert df["mfu"].iloc[1] < df["mfu"].iloc[0]
+    assert all(abs(x / y - 1) <= 0.20 for x, y in zip(df["mfu"], (0.47, 0.42)))
 
 
 def test_flat_rings_would_explain_the_mpt_70b_40gb_row_alone(preds):
