@@ -99,13 +99,15 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
     """HBM bytes moved by one layer's memory-bound kernels in the forward pass.
 
     Two norms (read + write h per token), two fused bias-dropout-residual adds (read 2, write 1, plus a 1-byte
-    mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
+    mask with dropout; a parallel residual's one add reads 3 and writes 1), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
     embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
     unless sequence parallelism shards it. `eager`: the same ops as separate PyTorch kernels (eager_extra_bytes).
     """
     sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
-    per_token_replicated = 2 * (2 * e * h) + 2 * ((3 * e + drop) * h)
+    # a parallel residual adds both branches to the input in one kernel: read 3, write 1 (and both masks)
+    residual = (4 * e + 2 * drop) * h if m.parallel_residual else 2 * ((3 * e + drop) * h)
+    per_token_replicated = 2 * (2 * e * h) + residual
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
     rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim / t + kv_dim_per_rank(m, t))
     fused = per_token_replicated / np.where(sp, t, 1) + act / t + rope

@@ -74,12 +74,18 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     # two all-gathers + two reduce-scatters (same volume); backward the same, and with SP two more all-gathers to
     # rebuild the column-parallel layers' inputs for their weight gradients. Full recompute repeats the forward
     # collectives; torchtitan's per-op policy saves the reduce-scatter outputs but not the all-gathers: half of them.
+    # A parallel residual (GPT-NeoX's gpt_j_residual) sums the attention and MLP outputs before one reduction:
+    # forward one all-reduce, or with SP the two branches' all-gathers and one reduce-scatter, and in backward one
+    # all-gather of that output's gradient; each column-parallel layer still reduces its own input gradient.
     act_bytes = e * s_rank * b * m.hidden
     tp_group = comm.span(t, 1, hw, world=world(c))
     ar_pair = comm.all_reduce_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
     ag_pair = comm.all_gather_time_s(2 * act_bytes, t, 1, hw, count=2, span=tp_group)
+    ar_out, ag_out = ((comm.all_reduce_time_s(act_bytes, t, 1, hw, span=tp_group),
+                       comm.all_gather_time_s(act_bytes, t, 1, hw, span=tp_group)) if m.parallel_residual
+                      else (ar_pair, ag_pair))          # the output reductions: one per layer, or one per branch
     sp = np.asarray(sp, dtype=bool)
-    tp_f = np.where(sp, 2 * ag_pair, ar_pair)           # AG + RS cost the same
+    tp_f = np.where(sp, ag_pair + ag_out, ar_out)       # AG + RS cost the same
     # Backward, by the layer each collective serves. The column-parallel layers (QKV, MLP-in) all-reduce their
     # input gradient, or with SP reduce-scatter it and first all-gather their input again: Megatron's async
     # backward (LinearWithGradAccumulationAndAsyncCommunication) overlaps the all-gather with the data-gradient
@@ -91,7 +97,7 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     hide = rt.tp_comm_overlap & sp                     # Megatron's TP overlap requires sequence parallelism
     column = compute.column_parallel_gemm_time_s(m, s_rank, b, t, hw, e)
     tp_b_async = np.where(sp, 2 * ag_pair, ar_pair)
-    tp_b_sync = np.where(sp, ag_pair, 0.0)
+    tp_b_sync = np.where(sp, ag_out, 0.0)
     async_window = np.where(rt.tp_bwd_overlap, column * (1 + sp), 0.0)
     u = np.where(sp, comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2),      # NVLink unless
                  comm.overlap_slowdown(tp_group, hw, 2 * act_bytes, count=2, rounds=2))  # --allow-cross-node-tp

@@ -59,7 +59,8 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
-    replicated = sb * h * (4 * e + 2 * drop)
+    # A parallel residual's second norm reads the layer input, already kept for the first: three tensors, not four.
+    replicated = sb * h * ((3 if m.parallel_residual else 4) * e + 2 * drop)
     # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
     split = e * sb * 2 * m.q_dim + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
     # K and V (whole heads per rank when t > g). Unfused attention widens them to every query head before the score

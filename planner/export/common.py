@@ -43,6 +43,20 @@ def plan_line(row) -> str | None:
             f"({row['tokens_per_s']:,.0f} tokens/s)")
 
 
+def block_note(framework: str, m) -> str | None:
+    """The transformer block the plan priced where the framework builds another: a parallel residual
+    (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
+    the model code's; None for a sequential block."""
+    if not m.parallel_residual:
+        return None
+    if framework == "deepspeed":
+        return ("parallel residual: the model code's block (GPT-NeoX: gpt_j_residual true), one forward TP "
+                "reduction per layer as planned")
+    name = "Megatron-LM" if framework == "megatron" else "torchtitan"
+    return (f"parallel residual (attention and MLP side by side): {name} builds a sequential block, a different "
+            "model with a second forward TP reduction per layer; GPT-NeoX (gpt_j_residual true) trains this one")
+
+
 def precision_note(framework: str, row, precision: Precision) -> str | None:
     """Where the framework stores ZeRO-3's parameters otherwise than the plan priced them: torchtitan's FSDP2 keeps
     fp32 parameters as the master weights and no 16-bit shard (Precision.params_are_master), Megatron-FSDP and

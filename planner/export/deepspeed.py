@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from planner.cost.pipeline import stage_layers
 from planner.export.common import (
+    block_note,
     is_fp16,
     op_recompute_blocker,
     order_note,
@@ -132,6 +133,8 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     if tp > 1 and row["sequence_parallel"]:
         notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
                      "--sequence-parallel), again in the model code")
+    if block := block_note("deepspeed", m):
+        notes.append(block)
     if order := order_note("deepspeed", row):
         notes.append(order)
     if attention := priced_attention(runtime):

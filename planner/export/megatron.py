@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from planner.cost.pipeline import interleave_group_size, split_kind, stage_layers
 from planner.export.common import (
+    block_note,
     is_fp16,
     launch_orders,
     op_recompute_blocker,
@@ -162,6 +163,8 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
                    "PP time (more network bytes, no all-gather)")
     if mlp:
         header += "\n" + mlp
+    if block := block_note("megatron", m):
+        header += "\n# " + block
     if order := order_note("megatron", row):
         header += "\n# " + order
     if attention and runtime.flash_attention_gen == 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from planner.cost.pipeline import chunk_layers, every_nth_layers, stage_layers
 from planner.errors import PlannerError
-from planner.export.common import is_fp16, order_note, plan_line, precision_note, priced_attention
+from planner.export.common import block_note, is_fp16, order_note, plan_line, precision_note, priced_attention
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import Job, Precision, Runtime, shard_group
 
@@ -115,6 +115,8 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
                          "micro-batches all-gathers them again, where the plan priced one gather per step")
     if note := precision_note("torchtitan", row, precision):
         notes.append("# " + note)
+    if block := block_note("torchtitan", m):
+        notes.append("# " + block)
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")
     if order := order_note("torchtitan", row):

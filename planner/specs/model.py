@@ -47,6 +47,9 @@ class ModelSpec:
     learned_positions: bool = False
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
     qk_norm: bool = False       # a norm over each head's queries and keys (Qwen3: q_norm, k_norm; --qk-layernorm)
+    # Attention and MLP side by side on the layer input, their outputs summed (GPT-J, GPT-NeoX's use_parallel_residual,
+    # PaLM): the same weights (two norms, as GPT-NeoX) and FLOPs, one forward TP reduction per layer instead of two.
+    parallel_residual: bool = False
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
@@ -61,7 +64,8 @@ class ModelSpec:
             value = getattr(self, f)
             if not is_int(value) or value < 1:
                 raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
-        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout", "qk_norm"):
+        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout", "qk_norm",
+                  "parallel_residual"):
             if not isinstance(getattr(self, f), bool):
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
         if self.norm not in ("rmsnorm", "layernorm"):
@@ -127,6 +131,7 @@ class ModelFile(BaseModel):
     learned_positions: bool = False
     dropout: bool = False
     qk_norm: bool = False
+    parallel_residual: bool = False
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
     activation: Literal[ACTIVATIONS] | None = None      # default: silu if gated_mlp, else gelu
 
@@ -166,7 +171,7 @@ class ModelFile(BaseModel):
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
-            qk_norm=self.qk_norm, description=self.description,
+            qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, description=self.description,
             sliding_window=self.sliding_window, activation=self.activation or "",
         )
 
@@ -283,6 +288,8 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
             tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, False), norm="layernorm", bias=True,
             activation=_hf_activation(cfg, where, "hidden_act"),
+            # GPTNeoXConfig's default is True (GPT-NeoX-20B, Pythia): attention and MLP in parallel, two norms
+            parallel_residual=_hf_bool(cfg, "use_parallel_residual", where, True),
         )
     else:
         raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported "

@@ -184,6 +184,11 @@ def test_hf_gpt_neox_pythia_160m(tmp_path):
     m = load_model(write_config(tmp_path, PYTHIA_160M_CONFIG))
     assert (m.layers, m.hidden, m.ffn_hidden, m.heads, m.vocab) == (12, 768, 3072, 12, 50304)
     assert not m.tied_embeddings and not m.learned_positions and m.bias and m.norm == "layernorm"
+    # use_parallel_residual: the config's value, else transformers' GPTNeoXConfig default (True)
+    assert m.parallel_residual
+    absent = {k: v for k, v in PYTHIA_160M_CONFIG.items() if k != "use_parallel_residual"}
+    assert load_model(write_config(tmp_path, absent, "absent")).parallel_residual
+    assert not load_model(write_config(tmp_path, {**absent, "use_parallel_residual": False}, "off")).parallel_residual
     # hand: 12·(12·768² + 13·768) + final LayerNorm 2·768 = 85,056,000 non-embedding (Pythia README), plus untied
     # embed_in and embed_out 2·50304·768 -> 162,322,944.
     non_embedding = 12 * (12 * 768**2 + 13 * 768) + 2 * 768
@@ -265,3 +270,20 @@ def test_hf_mlp_activation_is_read_and_exported(tmp_path):
     assert nemo.activation == "relu2" and "--squared-relu" in megatron_args(row, nemo, job)
     with pytest.raises(PlannerError, match="'hidden_act' is 'relu'"):
         load_model(write_config(tmp_path, {**llama_31_8b_config(), "hidden_act": "relu"}, "relu"))
+
+
+def test_exports_say_when_they_build_no_parallel_residual(tmp_path):
+    """Megatron-LM and torchtitan have no parallel block: their exports say they would train a sequential one (a
+    second forward TP reduction per layer); DeepSpeed's block is the model code's, and its notes say so."""
+    from planner import evaluate
+    from planner.export import export
+    m = load_model(write_config(tmp_path, PYTHIA_160M_CONFIG))
+    ev = evaluate(m, 8, tp=2, pp=1, dp=4, zero_stage=3, hardware="a100-80gb")
+    megatron_text = export("megatron", ev.row, m, ev.result.job)[0]
+    torchtitan_text = export("torchtitan", ev.row, m, ev.result.job)[0]
+    for text in (megatron_text, torchtitan_text):
+        assert "parallel residual" in text and "builds a sequential block" in text
+    assert any("gpt_j_residual true" in n for n in export("deepspeed", ev.row, m, ev.result.job)[1])
+    sequential = load_model(write_config(tmp_path, {**PYTHIA_160M_CONFIG, "use_parallel_residual": False}, "seq"))
+    assert "parallel residual" not in export("megatron", ev.row, sequential, ev.result.job)[0]
+
