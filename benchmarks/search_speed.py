@@ -107,10 +107,20 @@ def fresh_plan_seconds(repeats: int = 3) -> float:
     return best
 
 
+# (what, limit, whether the figure must stay below it); wall-time limits by GPU count
+TARGETS = {"rate": 1e6, "wall_s": {512: 1.0, 16384: 2.0, 131072: 5.0}, "rss_mb": 1024, "fresh_s": 1.5}
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
 def main() -> int:
     print(f"{'model':>6} {'GPUs':>8} {'candidates':>11} {'fit':>6} {'wall s':>8} {'candidates/s':>14} {'peak RSS MB':>12}")
+    results = []
     for model, gpus in CASES:
         r = run_case(model, gpus)
+        results.append((model, gpus, r))
         print(f"{model:>6} {gpus:>8,} {r['candidates']:>11,} {r['fit']:>6,} {r['seconds']:>8.3f} "
               f"{r['candidates'] / r['seconds']:>14,.0f} {r['peak_rss_mb']:>12.0f}")
     loop, vector = python_loop_rate()
@@ -119,7 +129,19 @@ def main() -> int:
     seconds, rss = bulk_rate()
     print(f"cost functions on 1,000,000 valid candidates (chunks of 200k): {seconds:.2f} s = "
           f"{1e6 / seconds:,.0f} candidates/s, peak RSS {rss:.0f} MB")
-    print(f"fresh process `plan --model 405b --gpus 512`: {fresh_plan_seconds():.2f} s (best of 3)")
+    fresh = fresh_plan_seconds()
+    print(f"fresh process `plan --model 405b --gpus 512`: {fresh:.2f} s (best of 3)")
+    # the targets, each said met or MISSED from the figures above
+    rates = [r["candidates"] / r["seconds"] for *_, r in results] + [1e6 / seconds]
+    print(f"target >= {TARGETS['rate']:,.0f} candidates/s: lowest {min(rates):,.0f}, highest {max(rates):,.0f} -> "
+          f"{verdict(min(rates) >= TARGETS['rate'])}")
+    for model, gpus, r in results:
+        if model == "405b" and gpus in TARGETS["wall_s"]:
+            limit = TARGETS["wall_s"][gpus]
+            print(f"target 405b on {gpus:,} GPUs < {limit:g} s: {r['seconds']:.2f} s -> {verdict(r['seconds'] < limit)}")
+    peak = max([r["peak_rss_mb"] for *_, r in results] + [rss])
+    print(f"target peak memory < {TARGETS['rss_mb']} MB: {peak:.0f} MB -> {verdict(peak < TARGETS['rss_mb'])}")
+    print(f"target fresh `plan` < {TARGETS['fresh_s']:g} s: {fresh:.2f} s -> {verdict(fresh < TARGETS['fresh_s'])}")
     return 0
 
 
