@@ -42,19 +42,47 @@ def checked_int(value, field: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def checked_array(value, field: str, least: float = 1, most: float = np.inf):
+def checked_array(value, field: str, least: float = 1, most: float = np.inf, whole: bool = False):
     """`value` (a number or an array of them) as an array, or the one-line error naming the first value that is
-    not a finite number in [least, most]: the cost functions' guard against a sign or a NaN priced silently."""
+    not a finite number in [least, most] (with `whole`, a whole number: a degree or a count, 8.0 but not 1.5): the
+    cost functions' guard against a sign, a NaN or a fraction priced silently."""
     a = np.asarray(value)
     if a.dtype.kind not in "iuf":
         raise PlannerError(field, f"got {shown(value)}, expected numbers (not {a.dtype})")
-    bad = ~np.isfinite(a) | (a < least) | (a > most)
+    if not a.size:
+        return a
+    floating = a.dtype.kind == "f"
+    if not floating and a.min() >= least and a.max() <= most:     # integers: two reductions, no masks
+        return a
+    bad = (a < least) | (a > most)
+    if floating:
+        bad |= ~np.isfinite(a) | ((a != np.floor(a)) if whole else False)
     if np.any(bad):
         first = (a[bad] if a.ndim else a).flat[0].item()
         span = f">= {least:g}" if most == np.inf else f"from {least:g} to {most:g}"
-        raise PlannerError(field, f"got {'an array holding ' if a.ndim else ''}{first!r}, expected finite numbers "
-                                  f"{span}")
+        kind = "whole numbers" if whole else "finite numbers"
+        raise PlannerError(field, f"got {'an array holding ' if a.ndim else ''}{first!r}, expected {kind} {span}")
     return a
+
+
+def checked_flag(value, field: str):
+    """`value` (a switch, or an array of them) as a bool array: booleans, or numbers that are 0 or 1; a string
+    ("False" is truthy to numpy) or a NaN is the one-line error naming the argument."""
+    a = np.asarray(value)
+    if a.dtype.kind == "b":
+        return a
+    if a.dtype.kind in "iuf" and np.all((a == 0) | (a == 1)):
+        return a.astype(bool)
+    bad = a.flat[0] if a.dtype.kind not in "iuf" or not a.size else a[(a != 0) & (a != 1)].flat[0]
+    bad = bad.item() if isinstance(bad, np.generic) else bad
+    raise PlannerError(field, f"got {'an array holding ' if a.ndim else ''}{bad!r}, expected true/false (or 1/0)")
+
+
+def tokens_and_tp(seq_len, micro_batch, tp):
+    """(s·b tokens as floats, the TP degree) of a cost function's arguments, checked: tokens per rank may be a
+    fraction (s/cp), the micro-batch and the degree are whole numbers of at least 1."""
+    s = checked_array(seq_len, "seq_len").astype(float)
+    return s * checked_array(micro_batch, "micro_batch", whole=True).astype(float), checked_array(tp, "tp", whole=True)
 
 
 # The one suffix rule of counts (--tokens, --global-batch-tokens): K, M, G and T are powers of 1000, or of 1024 for

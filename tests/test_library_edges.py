@@ -6,7 +6,7 @@ import pytest
 
 import planner
 from planner import PlannerError, Runtime
-from planner.cost import memory, params, pipeline
+from planner.cost import comm, compute, flops, memory, params, pipeline
 from planner.cost.layer import cp_layer_times, layer_times
 from planner.cost.step import step_columns
 from planner.specs.strategy import Job
@@ -117,12 +117,38 @@ def test_namesake_specs_with_different_numbers_are_not_called_the_same_profile()
     (lambda m: pipeline.bubble_fraction(-4, 8), "pp"),
     (lambda m: pipeline.bubble_fraction(4, 8, 0), "vpp"),
     (lambda m: params.kv_dim_per_rank(m, 0), "tp"),
+    (lambda m: params.embedding_params_per_gpu(m, 0), "tp"),
+    (lambda m: memory.activation_bytes_per_layer(m, 8192, 1, 1.5, True, "none"), "tp"),       # a fraction of a GPU
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 0, 4, 1, 64, 1, True, 1, 1), "pp"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, np.nan, 4, 1, 64, 1, True, 1, 1), "pp"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 16, 4, 1, -1, 1, True, 1, 1), "num_microbatches"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 16, 4, 1, 64, 0, True, 1, 1), "vpp"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 16, 4, 1, 64, 1, True, 1, 1, cp=0), "cp"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 16, 4, 1, 64, 1, True, 1, 1, dp_replicate=0), "dp_replicate"),
+    (lambda m: memory.memory_breakdown(m, 8192, 8, 16, 4, 1, 64, 1, True, 2, 1, recompute_layers=-1),
+     "recompute_layers"),
+    (lambda m: memory.logits_bytes(m, 8192, 1, -8, True), "tp"),
+    (lambda m: compute.layer_gemm_time_s(m, 8192, -1, 8, planner.load_hardware("h100")), "micro_batch"),
+    (lambda m: comm.all_reduce_time_s(1e9, 0, 1, planner.load_hardware("h100")), "size"),
+    (lambda m: flops.model_flops_per_step(m, 8192, -1), "global_batch"),
+    (lambda m: pipeline.stage_layers(126, 0), "pp"),
 ])
 def test_cost_functions_refuse_what_no_layout_has(call, field):
-    """A negative degree, a NaN length or a ZeRO stage past 3 is an error naming the argument, not negative bytes or
-    a bubble outside [0, 1) returned silently."""
-    with pytest.raises(PlannerError, match=rf"^{field}: got .*expected finite numbers"):
+    """A negative degree, a NaN length, a fractional degree or a ZeRO stage past 3 is an error naming the argument,
+    not negative bytes, a free collective or a bubble outside [0, 1) returned silently."""
+    with pytest.raises(PlannerError, match=rf"^{field}: got .*expected (finite|whole) numbers"):
         call(planner.load_model("405b"))
+
+
+@pytest.mark.parametrize("sp", ["False", "yes", np.nan, 2, np.array([0, 2])])
+def test_a_switch_is_a_boolean_not_whatever_numpy_calls_truthy(sp):
+    """np.asarray("False", dtype=bool) is True: a string or a NaN for sequence parallelism is an error naming sp,
+    never SP switched on. Booleans and 0/1 are the switch."""
+    m = planner.load_model("405b")
+    with pytest.raises(PlannerError, match=r"^sp: got .*expected true/false"):
+        memory.activation_bytes_per_layer(m, 8192, 1, 8, sp, "selective")
+    on, off = (float(memory.activation_bytes_per_layer(m, 8192, 1, 8, x, "selective")) for x in (1, 0))
+    assert on == float(memory.activation_bytes_per_layer(m, 8192, 1, 8, True, "selective")) < off
 
 
 def test_numbers_held_in_arrays_and_objects_read_as_the_numbers():
@@ -153,3 +179,29 @@ def test_a_styled_search_shows_its_first_rows_and_says_so():
     assert "The first" not in planner.style(df.head(3)).to_html()
     with pytest.raises(PlannerError, match="max_rows: got 0, expected a positive integer"):
         planner.style(df, max_rows=0)
+
+
+def test_step_columns_reads_table_columns_as_a_notebook_holds_them():
+    """A float column of whole numbers (pandas after a merge) is the integers; a fraction is an error naming the
+    knob; a near-miss of an optional knob's name is an error, not its default priced silently; every output has the
+    rows' broadcast shape, so a result indexes by row."""
+    m, hw = planner.load_model("405b"), planner.load_hardware("h100")
+    job = Job(gpus=512, seq_len=8192, global_batch=2048)
+    base = dict(tp=8, cp=1, pp=16, dp=4, micro_batch=1, vpp=1, sp=True, recompute="full", zero=1)
+    ints = step_columns(m, hw, job, base)
+    floats = step_columns(m, hw, job, {**base, "tp": 8.0, "pp": np.array([16.0]), "recompute": 2.0})
+    assert float(floats["step_time_s"][0]) == float(ints["step_time_s"])
+    with pytest.raises(PlannerError, match=r"^tp: got 1\.5"):
+        step_columns(m, hw, job, {**base, "tp": 1.5})
+    for typo, meant in (("recompute_layer", "recompute_layers"), ("rc_layer", "rc_layers"),
+                        ("dp_replicat", "dp_replicate")):
+        with pytest.raises(PlannerError, match=rf"^{typo}: not a knob column; did you mean {meant}\?"):
+            step_columns(m, hw, job, {**base, typo: 2})
+    grid = step_columns(m, hw, job, {**base, "tp": [[1], [2], [4], [8]], "dp": [[32], [16], [8], [4]],
+                                     "micro_batch": [[1, 2, 4]]})
+    assert {np.shape(v) for v in grid.values()} == {(4, 3)}
+    stages = step_columns(m, hw, job, {**base, "zero": np.array([0, 1, 2, 3])})
+    assert {np.shape(v) for v in stages.values()} == {(4,)}
+    assert stages["compute_s"][1] == pytest.approx(float(ints["compute_s"]))
+    with pytest.raises(PlannerError, match=r"^recompute: got an array holding 'nope'"):
+        step_columns(m, hw, job, {**base, "recompute": np.array(["full", "nope"])})

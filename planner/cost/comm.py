@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_array
 from planner.specs.hardware import HardwareSpec
 
 
@@ -273,6 +274,8 @@ def _collective_time_s(nbytes, size, stride, hw: HardwareSpec, count, hierarchic
     of x bytes at that level (S/count inside the node, S/(k·count) across nodes). The bundled profiles leave H at
     0, the plateau: the references hold no measured curve per fabric, so collectives of a few MB are optimistic.
     """
+    size = checked_array(size, "size", whole=True)               # 1: no collective (0 s); 0 or less: an error
+    checked_array(nbytes, "nbytes", 0)
     span = span if span is not None else _span(size, stride, hw, hierarchical)
     return np.where(np.asarray(size) > 1, _collective_total(_collective_parts(nbytes, span, hw, count, rounds)), 0.0)
 
@@ -324,7 +327,7 @@ def ring_exchange_time_s(nbytes, size, stride, hw: HardwareSpec, world=None):
     context parallelism): size − 1 steps, each as slow as the slowest link of the ring, which is a NIC once the group
     leaves its node (every step waits for the rank that sends across the boundary, so the node's other NICs do not
     help, unlike a hierarchical all-gather)."""
-    size = np.asarray(size)
+    size = checked_array(size, "size", whole=True)
     _, nodes = group_span(size, stride, hw.gpus_per_node, world)
     bw, lat = _ring_parts(nbytes, size, nodes > 1, hw)
     return np.where(size > 1, bw + lat, 0.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_array, tokens_and_tp
 from planner.cost.params import kv_dim_per_rank
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -40,7 +41,7 @@ def gemm_time_s(rows, inner, cols, hw: HardwareSpec, elem_bytes=2):
 
 def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward time of QKV, attention-out, MLP-in (gate+up when gated) and MLP-out, TP-sharded (Megatron 2019)."""
-    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    n, t = tokens_and_tp(seq_len, micro_batch, tp)
     return (column_parallel_gemm_time_s(m, seq_len, micro_batch, tp, hw, elem_bytes)
             + gemm_time_s(n, m.q_dim / t, m.hidden, hw, elem_bytes)
             + gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
@@ -49,7 +50,7 @@ def layer_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, 
 def column_parallel_gemm_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward time of the column-parallel GEMMs, QKV and MLP-in (gate+up when gated): the ones whose backward
     collectives Megatron's async TP backward overlaps (Korthikanti §4.2.2)."""
-    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    n, t = tokens_and_tp(seq_len, micro_batch, tp)
     mlp_in = (2 if m.gated_mlp else 1) * m.ffn_hidden
     return (gemm_time_s(n, m.hidden, m.q_dim / t + 2 * kv_dim_per_rank(m, t), hw, elem_bytes)
             + gemm_time_s(n, m.hidden, mlp_in / t, hw, elem_bytes))
@@ -79,8 +80,9 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     Q and O, all of K and V. `flash_gen` 1 (FlashAttention-1 or its Triton port) runs at FLASH_V1_RELATIVE_RATE of
     the FlashAttention-2-class efficiency.
     """
-    s, b = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float)
-    t, c = np.asarray(tp), np.asarray(cp)
+    s = checked_array(seq_len, "seq_len").astype(float)
+    b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
+    t, c = checked_array(tp, "tp", whole=True), checked_array(cp, "cp", whole=True)
     fa = np.asarray(flash_attention, dtype=bool)
     flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0) / c
     if backward:
@@ -103,7 +105,7 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
     embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
     unless sequence parallelism shards it. `eager`: the same ops as separate PyTorch kernels (eager_extra_bytes).
     """
-    sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    sb, t = tokens_and_tp(seq_len, micro_batch, tp)
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
     # a parallel residual adds both branches to the input in one kernel: read 3, write 1 (and both masks)
     residual = (4 * e + 2 * drop) * h if m.parallel_residual else 2 * ((3 * e + drop) * h)
@@ -162,7 +164,7 @@ def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem
 
     GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss moves LOSS_BYTES_PER_LOGIT bytes per logit.
     """
-    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    n, t = tokens_and_tp(seq_len, micro_batch, tp)
     gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
     return gemm + elementwise_time_s(LOSS_BYTES_PER_LOGIT * n * m.vocab / t, hw)
 
@@ -194,7 +196,7 @@ def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec
     output projection, the MLP's second matmul; params.op_recompute_matmul_params), TP-sharded, plus every
     element-wise kernel (`elementwise_s`: their forward time; `eager`: as many as eager PyTorch launches), whose
     outputs it does not save either."""
-    n, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    n, t = tokens_and_tp(seq_len, micro_batch, tp)
     mlp = (gemm_time_s(n, m.hidden, m.ffn_hidden / t, hw, elem_bytes) if m.gated_mlp
            else gemm_time_s(n, m.ffn_hidden / t, m.hidden, hw, elem_bytes))
     gemms = (gemm_time_s(n, m.hidden, kv_dim_per_rank(m, t), hw, elem_bytes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_array
 from planner.cost.params import layer_matmul_params, op_recompute_matmul_params
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import recompute_codes
@@ -58,5 +59,6 @@ def hardware_flops_per_token(m: ModelSpec, seq_len, recompute, causal_halved=Fal
 
 def model_flops_per_step(m: ModelSpec, seq_len, global_batch, causal_halved=False):
     """Model FLOPs of one optimizer step: tokens per step × model FLOPs per token."""
-    tokens = np.asarray(global_batch, dtype=float) * np.asarray(seq_len, dtype=float)   # floats: int32 would overflow
+    tokens = (checked_array(global_batch, "global_batch", whole=True).astype(float)
+              * checked_array(seq_len, "seq_len").astype(float))   # floats: int32 would overflow
     return tokens * model_flops_per_token(m, seq_len, causal_halved)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.checks import checked_array
+from planner.checks import checked_array, checked_flag, tokens_and_tp
 from planner.cost import params as P
 from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight, in_flight_layers,
                                    layers_per_stage, stage_layers)
@@ -29,7 +29,7 @@ def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
     and sharded with the optimizer states; the 16-bit casts are held through forward and backward below stage 3
     and, at stage 3, only one gathered unit at a time (zero3_transient_bytes): 4/d + grads/d + (K - 4)/d.
     """
-    zero, dp = checked_array(zero, "zero", 0, 3), checked_array(dp, "dp")
+    zero, dp = checked_array(zero, "zero", 0, 3, whole=True), checked_array(dp, "dp", whole=True)
     master = MASTER_BYTES if precision.params_are_master else 0
     opt_shards = np.where(zero >= 1, dp, 1)
     weights = (np.where(zero >= 3, 0 if master else precision.param_bytes / dp, precision.param_bytes)
@@ -53,9 +53,10 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     rank's full-width partial sum) and, with TP, the two reduce-scatters (params.op_recompute_matmul_params).
     """
     # Floats from the start: int32 token counts overflow in sb·h products (numpy keeps int32 x int as int32).
-    s, b = checked_array(seq_len, "seq_len").astype(float), checked_array(micro_batch, "micro_batch").astype(float)
-    t = checked_array(tp, "tp")
-    sp, rc = np.asarray(sp, dtype=bool), recompute_codes(recompute)
+    s = checked_array(seq_len, "seq_len").astype(float)
+    b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
+    t = checked_array(tp, "tp", whole=True)
+    sp, rc = checked_flag(sp, "sp"), recompute_codes(recompute)
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
@@ -96,21 +97,22 @@ def _working_bytes(full, kept):
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
     """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the fp32
     logits for the cross-entropy (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP)."""
-    sb, t = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float), np.asarray(tp)
+    sb, t = tokens_and_tp(seq_len, micro_batch, tp)
+    sp = checked_flag(sp, "sp")
     return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
 
 
 def embedding_input_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp):
     """First stage, one micro-batch: the int64 token ids (8sb) and, with dropout, the embedding dropout's 1-byte
     mask (sbh, split over TP with SP, which scatters the sequence before the dropout) (formulas.md §3.4; Megatron)."""
-    sb = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
-    return 8.0 * sb + (sb * m.hidden / np.where(sp, np.asarray(tp), 1) if m.dropout else 0.0)
+    sb, t = tokens_and_tp(seq_len, micro_batch, tp)
+    return 8.0 * sb + (sb * m.hidden / np.where(checked_flag(sp, "sp"), t, 1) if m.dropout else 0.0)
 
 
 def stage_params(m: ModelSpec, tp, pp):
     """Parameters per GPU on (first, middle, last) stage: layers/t plus the embedding (first) and the output head
     (last; a tied head is a copy of the embedding when p > 1, as in Megatron)."""
-    t, p = np.asarray(tp), np.asarray(pp)
+    t, p = checked_array(tp, "tp", whole=True), checked_array(pp, "pp", whole=True)
     first_n, mid, last_n = stage_layers(m.layers, p)
     layer = P.layer_params_per_gpu(m, t)
     emb = P.embedding_params_per_gpu(m, t)
@@ -168,7 +170,11 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     (pipeline.block_recompute_share: an edge stage of an uneven split has fewer layers).
     Returns (parts, stage) where stage is the 0-based index of the most loaded stage.
     """
-    t, p, d, c = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
+    t, p, d, c = (checked_array(x, k, whole=True) for x, k in ((tp, "tp"), (pp, "pp"), (dp, "dp"), (cp, "cp")))
+    vpp, num_microbatches, dp_replicate = (checked_array(x, k, whole=True) for x, k in (
+        (vpp, "vpp"), (num_microbatches, "num_microbatches"), (dp_replicate, "dp_replicate")))
+    recompute_layers = checked_array(recompute_layers, "recompute_layers", 0, whole=True)
+    zero, sp = checked_array(zero, "zero", 0, 3, whole=True), checked_flag(sp, "sp")
     seq_len = np.asarray(seq_len) / c                           # tokens per rank
     act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
                                      precision.activation_bytes)

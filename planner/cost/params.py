@@ -77,7 +77,7 @@ def op_recompute_matmul_params(m: ModelSpec) -> int:
 def kv_dim_per_rank(m: ModelSpec, tp):
     """K (or V) width held by one TP rank: kv/t, but at least one whole head (t > g would replicate each KV head
     over t/g ranks; the layout rules refuse it, as Megatron-Core and torchtitan do, but the formula stays total)."""
-    return m.kv_dim / np.minimum(checked_array(tp, "tp"), m.kv_heads)
+    return m.kv_dim / np.minimum(checked_array(tp, "tp", whole=True), m.kv_heads)
 
 
 def layer_params_per_gpu(m: ModelSpec, tp):
@@ -85,7 +85,7 @@ def layer_params_per_gpu(m: ModelSpec, tp):
     biases (Q, K, V, MLP in) and the row-parallel weights (output projection, MLP out) split t ways, K and V at least
     one whole head per rank (replicated KV heads); the norms and the row-parallel layers' biases, which every rank
     adds after the all-reduce, replicated."""
-    t = np.asarray(tp)
+    t = checked_array(tp, "tp", whole=True)
     kv_row = m.hidden + (1 if m.bias or m.qkv_bias else 0)            # a K or V column: its weights (+ bias)
     replicated = norm_params(m) + (2 * m.hidden if m.bias else 0)
     split = layer_params(m) - 2 * m.kv_dim * kv_row - replicated
@@ -94,9 +94,9 @@ def layer_params_per_gpu(m: ModelSpec, tp):
 
 def embedding_params_per_gpu(m: ModelSpec, tp):
     """Input embedding on one TP rank: the vocabulary-parallel table V·h/t; learned positions are replicated."""
-    return m.vocab * m.hidden / np.asarray(tp) + position_params(m)
+    return m.vocab * m.hidden / checked_array(tp, "tp", whole=True) + position_params(m)
 
 
 def output_params_per_gpu(m: ModelSpec, tp):
     """Output layer on one TP rank: the vocabulary-parallel head V·h/t when untied; the final norm replicated."""
-    return (0 if m.tied_embeddings else m.vocab * m.hidden) / np.asarray(tp) + one_norm_params(m)
+    return (0 if m.tied_embeddings else m.vocab * m.hidden) / checked_array(tp, "tp", whole=True) + one_norm_params(m)

@@ -75,7 +75,7 @@ def stage_layers(layers, pp):
     two edge stages and (L+2)/p in the middle; (L+1)/p everywhere but the last stage, which counts the loss as a
     layer and has one fewer (the stage that also computes the logits is the one to lighten); explicit edges:
     ⌈E/2⌉ first and ⌊E/2⌋ last (_edge_split; the last stage, with the logits, again the lighter)."""
-    return _splits(layers, pp)[1:]
+    return _splits(checked_array(layers, "layers", whole=True), checked_array(pp, "pp", whole=True))[1:]
 
 
 def chunk_layers(layers, pp, vpp=1):

@@ -20,6 +20,8 @@ candidate at once and `evaluate` on a single layout, so they cannot disagree.
 
 from __future__ import annotations
 
+import difflib
+
 import numpy as np
 
 from planner.cost import comm, compute, flops, memory
@@ -47,6 +49,13 @@ def knob_columns(cols: dict) -> dict:
         raise PlannerError(given[twice[0]], f"given both as {given[twice[0]]} and as {twice[0]}; expected one column")
     cols = {**cols, **{short: cols[name] for short, name in given.items()}}
     optional = {"rc_layers": 0, "dp_replicate": 1}
+    # Other columns are let through (a whole result table may be given), but a near-miss of an optional knob's name
+    # would price its default silently
+    names = [*optional, "recompute_layers"]
+    for k in cols:
+        near = difflib.get_close_matches(str(k), names, n=1, cutoff=0.8) if k not in KNOB_COLUMNS else []
+        if near and k not in names:
+            raise PlannerError(str(k), f"not a knob column; did you mean {near[0]}?")
     missing = [k for k in KNOBS if k not in cols and k not in optional]
     if missing:
         raise PlannerError("cols", f"missing {', '.join(missing)}; expected a column per knob: "
@@ -60,15 +69,25 @@ def knob_columns(cols: dict) -> dict:
         raise PlannerError("cols", f"columns of shapes {' and '.join(map(str, lengths))}; expected columns of one "
                                    "length (or single values)") from None
     for k, col in c.items():
+        if col.dtype.kind == "f" and np.all(np.isfinite(col)) and np.all(col == np.floor(col)):
+            col = col.astype(np.int64)              # 8.0: a table column pandas made float holds whole numbers
         whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
         least = 0 if k in ("sp", "zero", "recompute", "rc_layers") else 1      # degrees and sizes are at least 1
         if not whole or np.any(col < least) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):
             expected = ("booleans" if k == "sp" else "ZeRO stages 0-3" if k == "zero"
                         else f"integers >= {least}")
-            raise PlannerError(given.get(k, k), f"got {cols.get(k)!r}, expected {expected}")
+            raise PlannerError(given.get(k, k), f"got {_shown_column(cols.get(k, col))}, expected {expected}")
         # int64 (sp: bool) from here on: products of int16/uint8 columns would wrap around
         c[k] = col.astype(bool) if k == "sp" else col.astype(np.int64, copy=False)
     return c
+
+
+def _shown_column(value) -> str:
+    """A column for an error message: its values as a list (at most 5), not numpy's repr."""
+    if isinstance(value, (np.ndarray, list, tuple)) or hasattr(value, "tolist"):
+        values = np.asarray(value).ravel().tolist()
+        return repr(values[:5])[:-1] + (", ...]" if len(values) > 5 else "]")
+    return repr(value)
 
 
 def _unboxed(col: np.ndarray) -> np.ndarray:
@@ -131,15 +150,17 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     sizes, inverse = np.unique(world, return_inverse=True)
     specs = [hw.for_job(int(n)) for n in sizes]
     placed = {spec.gpus_per_node: spec for spec in specs}
+    shape = np.broadcast_shapes(*(v.shape for v in c.values()))     # every output has the rows' shape
     if len(placed) <= 1:                        # one placement (or no rows: empty columns)
-        return _step_columns(m, specs[0] if specs else hw, job, c, precision, runtime)
-    c = {k: np.broadcast_to(v, world.shape) for k, v in c.items()}
-    nodes = np.array([spec.gpus_per_node for spec in specs])[inverse.reshape(world.shape)]
+        out = _step_columns(m, specs[0] if specs else hw, job, c, precision, runtime)
+        return {k: v if np.shape(v) == shape else np.broadcast_to(v, shape).copy() for k, v in out.items()}
+    c = {k: np.broadcast_to(v, shape) for k, v in c.items()}
+    nodes = np.broadcast_to(np.array([spec.gpus_per_node for spec in specs])[inverse.reshape(world.shape)], shape)
     parts = {g: (nodes == g, _step_columns(m, spec, job, {k: v[nodes == g] for k, v in c.items()}, precision,
                                            runtime)) for g, spec in placed.items()}
     out = {}
     for key in next(iter(parts.values()))[1]:
-        out[key] = np.empty(world.shape, dtype=np.asarray(next(iter(parts.values()))[1][key]).dtype)
+        out[key] = np.empty(shape, dtype=np.asarray(next(iter(parts.values()))[1][key]).dtype)
         for mask, res in parts.values():
             out[key][mask] = np.broadcast_to(res[key], (int(mask.sum()),))
     return out

@@ -72,8 +72,15 @@ def recompute_codes(recompute) -> np.ndarray:
     if rc.dtype.kind in "US":
         code = {name: i for i, name in enumerate(RECOMPUTE)}
         rc = np.array([code.get(str(n).lower(), -1) for n in rc.ravel()], dtype=int).reshape(rc.shape)
+    if rc.dtype.kind == "f" and np.all(np.isfinite(rc)) and np.all(rc == np.floor(rc)):
+        rc = rc.astype(int)                          # 2.0 from a float table column is the code 2
     if rc.dtype.kind not in "iu" or np.any((rc < 0) | (rc >= len(RECOMPUTE))):
-        raise PlannerError("recompute", f"got {recompute!r}, expected codes 0-3 or names {', '.join(RECOMPUTE)}")
+        given = np.asarray(recompute)
+        # the first value that is neither a name nor a code, not numpy's repr of the whole column
+        bad = next((x for x, c in zip(given.ravel().tolist(), rc.ravel().tolist())
+                    if not isinstance(c, (int, np.integer)) or not 0 <= c < len(RECOMPUTE)), recompute)
+        shown = f"{'an array holding ' if given.ndim else ''}{bad!r}"
+        raise PlannerError("recompute", f"got {shown}, expected codes 0-3 or names {', '.join(RECOMPUTE)}")
     return rc
 
 

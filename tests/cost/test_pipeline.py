@@ -190,7 +190,7 @@ def test_loss_accounting_alone_lightens_only_the_last_stage():
     assert "pipeline_parallel_last_stage_less_layers = 1" in titan
 
 
-@given(st.integers(1, 200), st.lists(st.integers(0, 64), min_size=65, max_size=400))   # max < size: gathered
+@given(st.integers(1, 200), st.lists(st.integers(1, 64), min_size=65, max_size=400))   # max < size: gathered
 def test_a_column_of_pp_degrees_splits_as_each_degree_alone(layers, degrees):
     """The search's path (one model, a column of PP degrees: the split computed once per degree and gathered) gives
     what each degree gives on its own."""
