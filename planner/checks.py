@@ -65,6 +65,14 @@ def checked_array(value, field: str, least: float = 1, most: float = np.inf, who
     return a
 
 
+def integral(a: np.ndarray) -> np.ndarray:
+    """A float array of whole, finite numbers (8.0: a table column pandas made float) as int64; anything else
+    unchanged, for the checks to judge."""
+    if a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.floor(a)):
+        return a.astype(np.int64)
+    return a
+
+
 def checked_flag(value, field: str):
     """`value` (a switch, or an array of them) as a bool array: booleans, or numbers that are 0 or 1; a string
     ("False" is truthy to numpy) or a NaN is the one-line error naming the argument."""

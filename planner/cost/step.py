@@ -24,6 +24,7 @@ import difflib
 
 import numpy as np
 
+from planner.checks import integral
 from planner.cost import comm, compute, flops, memory
 from planner.cost.layer import attention_times, cp_layer_times, exposed, in_sequence, layer_times, world
 from planner.cost.pipeline import (block_recompute_share, interleave_group_size, last_group_size,
@@ -69,8 +70,7 @@ def knob_columns(cols: dict) -> dict:
         raise PlannerError("cols", f"columns of shapes {' and '.join(map(str, lengths))}; expected columns of one "
                                    "length (or single values)") from None
     for k, col in c.items():
-        if col.dtype.kind == "f" and np.all(np.isfinite(col)) and np.all(col == np.floor(col)):
-            col = col.astype(np.int64)              # 8.0: a table column pandas made float holds whole numbers
+        col = integral(col)
         whole = col.dtype.kind in "iu" or (col.dtype.kind == "b" and k == "sp")
         least = 0 if k in ("sp", "zero", "recompute", "rc_layers") else 1      # degrees and sizes are at least 1
         if not whole or np.any(col < least) or (k == "sp" and np.any(col > 1)) or (k == "zero" and np.any(col > 3)):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from planner.checks import checked_int, is_int, is_real
+from planner.checks import checked_int, integral, is_int, is_real
 from planner.errors import PlannerError
 
 # Parallel dimensions, innermost (fastest-varying rank) first. Their product is the GPU count. CP sits next to TP
@@ -72,8 +72,7 @@ def recompute_codes(recompute) -> np.ndarray:
     if rc.dtype.kind in "US":
         code = {name: i for i, name in enumerate(RECOMPUTE)}
         rc = np.array([code.get(str(n).lower(), -1) for n in rc.ravel()], dtype=int).reshape(rc.shape)
-    if rc.dtype.kind == "f" and np.all(np.isfinite(rc)) and np.all(rc == np.floor(rc)):
-        rc = rc.astype(int)                          # 2.0 from a float table column is the code 2
+    rc = integral(rc)                                # 2.0 from a float table column is the code 2
     if rc.dtype.kind not in "iu" or np.any((rc < 0) | (rc >= len(RECOMPUTE))):
         given = np.asarray(recompute)
         # the first value that is neither a name nor a code, not numpy's repr of the whole column
