@@ -69,6 +69,13 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
          ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),
         ("optimizer sharding needs DP x CP > 1", (z == 0) | (d * cp > 1)),
+        # No framework keeps the weights sharded across a pipeline's micro-batches: DeepSpeed's pipeline engine
+        # asserts ZeRO < 2, Megatron's FSDP paths run with TP, CP and EP but not PP, and torch's pipelining keeps
+        # FSDP's weights gathered and gradients whole until the last micro-batch (PipelineStage
+        # backward_maybe_with_nosync; torchtitan: reshard_after_forward = not pp_enabled), ZeRO-1's memory and
+        # traffic, which is what to plan.
+        ("ZeRO-3 with PP > 1: no framework keeps the weights sharded across micro-batches (plan ZeRO-1)",
+         (z < 3) | (p == 1)),
         # HSDP: DP = dp_replicate x dp_shard (torchtitan's mesh; Megatron's instances split the DP x CP group evenly)
         ("hybrid sharding needs DP-replicate to divide DP", d % r == 0),
         ("hybrid sharding needs optimizer sharding (ZeRO 1-3)", (r == 1) | (z > 0)),
@@ -99,6 +106,7 @@ RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("
               ("op-level recompute", ("--recompute", "--no-flash-attention")),
               ("global batch", ("--micro-batch", "--dp", "--global-batch")),
               ("sequence parallelism", ("--sequence-parallel", "--tp")), ("optimizer sharding", ("--zero", "--dp")),
+              ("ZeRO-3 with PP", ("--zero", "--pp")),
               ("hybrid sharding needs optimizer", ("--dp-replicate", "--zero")),
               ("hybrid sharding", ("--dp-replicate", "--dp")),
               ("interleaving", ("--vpp", "--pp", "--micro-batch")),

@@ -15,7 +15,7 @@ def _best(model="405b", gpus=512, **pins):
 
 
 def test_torchtitan_toml_has_the_job_config_keys():
-    ev = _best("70b", 64, tp=4, pp=2, dp=8, zero_stage=3, sequence_parallel=True)
+    ev = _best("70b", 64, tp=4, pp=2, dp=8, zero_stage=1, sequence_parallel=True)
     text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
     doc = tomllib.loads(text)
     par, ac, tr = doc["parallelism"], doc["activation_checkpoint"], doc["training"]
@@ -27,6 +27,8 @@ def test_torchtitan_toml_has_the_job_config_keys():
     assert tr["global_batch_size"] == ev.result.job.global_batch and tr["seq_len"] == 8192
     # with PP, local_batch_size is a DP rank's share, split into pipeline micro-batches
     assert tr["local_batch_size"] * 8 == tr["global_batch_size"]
+    # ZeRO-1 under PP is torchtitan's default FSDP there: weights kept gathered, gradients reduced once
+    assert "fsdp_reshard_after_forward" not in par and not blockers("torchtitan", ev.row)
 
 
 @pytest.mark.parametrize("model, gpus, pp, vpp", [("405b", 2048, 16, 8), ("405b", 2048, 16, 4), ("70b", 256, 4, 5),
@@ -87,20 +89,29 @@ def test_torchtitan_under_pp_says_its_fsdp_gradients_stay_unsharded():
     assert not blockers("torchtitan", flat.row, capacity_gib=float(flat.row["memory_gib"]))
 
 
-def test_torchtitan_zero_3_under_pp_holds_its_weights_gathered_too():
-    """backward_maybe_with_nosync also turns FSDP's reshard-after-backward off until the last micro-batch, so under
-    ZeRO-3 a stage holds its whole weights as well as its whole gradients: (weights + gradients) x (shards - 1) more
-    than the plan's shards. ZeRO-1's gradients were planned whole: nothing more."""
+def test_zero_3_under_pp_is_no_layout_and_torchtitan_runs_zero_1_there():
+    """No framework keeps the weights sharded across a pipeline's micro-batches (DeepSpeed's pipeline engine asserts
+    ZeRO < 2; torch's pipelining keeps FSDP's weights gathered and gradients whole until the last micro-batch), so
+    the search plans no ZeRO-3 under PP, and a pinned one is refused naming --zero; torchtitan's FSDP under PP holds
+    what the plan's ZeRO-1 holds: nothing more than planned, no blocker, no reshard key. ZeRO-2 under PP still
+    holds its gradients whole: (shards - 1) x the planned shard more."""
+    from planner.errors import PlannerError
     from planner.export.torchtitan import pp_unsharded_gib
-    ev = planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=3)
-    shards = int(ev.row["dp"]) * 2
-    want = (float(ev.row["weights_gib"]) + float(ev.row["gradients_gib"])) * (shards - 1)
-    assert pp_unsharded_gib(ev.row) == pytest.approx(want) and want > 0
-    text, _ = export("torchtitan", ev.row, ev.result.model, ev.result.job)
-    assert "gradients unsharded and its weights gathered" in text and f"about {want:,.1f} GiB more" in text
+    with pytest.raises(PlannerError) as err:
+        planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=3)
+    assert err.value.field == "zero_stage" and "ZeRO-3 with PP > 1" in str(err.value)
+    assert (planner.run_search("70b", 96, find_min_gpus=False).table.query("pp > 1")["zero_stage"] < 3).all()
+    one = planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=1)
+    assert pp_unsharded_gib(one.row) == 0 and not blockers("torchtitan", one.row,
+                                                           capacity_gib=float(one.row["memory_gib"]))
     two = planner.evaluate("70b", 512, tp=2, cp=2, pp=8, vpp=2, zero_stage=2)
+    shards = int(two.row["dp"]) * 2
     assert pp_unsharded_gib(two.row) == pytest.approx(float(two.row["gradients_gib"]) * (shards - 1))
-    assert pp_unsharded_gib({**ev.row, "zero_stage": 1}) == 0
+    assert pp_unsharded_gib(two.row) > 0
+    # a ZeRO-3 row given by hand also holds its weights gathered
+    three = {**two.row, "zero_stage": 3}
+    assert pp_unsharded_gib(three) == pytest.approx((float(two.row["weights_gib"]) + float(two.row["gradients_gib"]))
+                                                    * (shards - 1))
 
 
 def test_torchtitan_refuses_edge_stages_heavier_than_one_chunk():
@@ -120,14 +131,19 @@ def test_torchtitan_refuses_edge_stages_heavier_than_one_chunk():
 
 def test_torchtitan_export_picks_a_layout_whose_whole_gradients_fit():
     """405B on 12,288 H100s: the export's layout, with its gradients unsharded under PP, stays within the search's
-    memory limit (before, it picked one needing about 64 GiB more than planned: 132 GiB on an 80 GB GPU)."""
+    memory limit (before, it picked one needing about 64 GiB more than planned: 132 GiB on an 80 GB GPU); the
+    ZeRO-2 layouts under PP that the whole gradients take over it are passed over."""
     from planner.export.torchtitan import pp_unsharded_gib
     res = planner.run_search("405b", 12288)
     text, _ = best_supported("torchtitan", res)
     limit = res.capacity_bytes / 2**30
     best = next(r for _, r in res.table.iterrows() if not blockers("torchtitan", r, capacity_gib=limit))
     assert float(best["memory_gib"]) + pp_unsharded_gib(best) <= limit
-    assert int(best["pp"]) > 1 and pp_unsharded_gib(best) > 0          # the check was needed
+    assert int(best["pp"]) > 1
+    # the fastest ZeRO-2 layout under PP holds more than the limit with its gradients whole: refused for that
+    z2 = res.table[(res.table["zero_stage"] == 2) & (res.table["pp"] > 1)].iloc[0]
+    assert float(z2["memory_gib"]) + pp_unsharded_gib(z2) > limit
+    assert any("over the memory limit" in w for w in blockers("torchtitan", z2, capacity_gib=limit))
     assert f"step {float(best['step_time_s']):.3g} s" in text
     assert tomllib.loads(text)["parallelism"]["pipeline_parallel_degree"] == int(best["pp"])
 
@@ -142,3 +158,15 @@ def test_torchtitan_needs_as_many_micro_batches_as_stages():
     assert any("at least as many micro-batches as pipeline stages" in w for w in blockers("torchtitan", few.row))
     enough = _best("405b", 2048, tp=8, pp=16, dp=16, vpp=1, micro_batch=1, global_batch=256)
     assert not any("micro-batches as pipeline stages" in w for w in blockers("torchtitan", enough.row))
+
+
+def test_torchtitan_without_dp_needs_no_ddp():
+    """torchtitan refuses DDP beside TP or PP (parallelize.py: DDP has not supported > 1D parallelism), but with
+    DP 1 there is no DDP to apply: TP 2 x PP 4 on 8 GPUs exports, with both DP degrees 1; DP 2 beside TP is
+    refused."""
+    ev = planner.evaluate("8b", 8, tp=2, pp=4, dp=1, zero_stage=0, sequence_parallel=True)
+    assert not blockers("torchtitan", ev.row)
+    par = tomllib.loads(export("torchtitan", ev.row, ev.result.model, ev.result.job)[0])["parallelism"]
+    assert par["data_parallel_replicate_degree"] == par["data_parallel_shard_degree"] == 1
+    two = planner.evaluate("8b", 8, tp=2, pp=2, dp=2, zero_stage=0, sequence_parallel=True)
+    assert any("one-dimensional mesh" in w for w in blockers("torchtitan", two.row))

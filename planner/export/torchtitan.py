@@ -47,11 +47,13 @@ def blockers(row, capacity_gib: float | None = None, m: ModelSpec | None = None)
     zero, tp, pp = int(row["zero_stage"]), int(row["tp"]), int(row["pp"])
     if int(row.get("cp", 1)) > 1 and zero == 0:
         why.append("torchtitan shards parameters over DP x CP (FSDP on the dp_shard x cp mesh) whenever CP > 1")
-    if zero == 0 and (tp > 1 or pp > 1):
-        # parallelize.py: DDP "has not supported > 1D parallelism"
+    if zero == 0 and int(row["dp"]) > 1 and (tp > 1 or pp > 1):
+        # parallelize.py: DDP "has not supported > 1D parallelism"; with DP 1 there is no DDP to apply
         why.append("torchtitan's DDP (ZeRO-0) runs on a one-dimensional mesh only, not with TP or PP")
-    if zero == 1:
-        why.append("torchtitan has no ZeRO-1 (its FSDP shards gradients too)")
+    if zero == 1 and pp == 1:
+        # Under PP its FSDP is ZeRO-1: torch's pipelining keeps the weights gathered and the gradients whole until
+        # the last micro-batch (pp_unsharded_gib)
+        why.append("torchtitan has no ZeRO-1 without PP (its FSDP shards gradients too)")
     if tp > 1 and not row["sequence_parallel"]:
         why.append("torchtitan 0.2.x's tensor parallelism always shards the sequence (0.3 adds "
                    "enable_sequence_parallel)")
@@ -97,12 +99,16 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         replicate = int(row.get("dp_replicate", 1))            # HSDP: FSDP within dp_shard x cp, replicated
         shard = dp // replicate
         # ZeRO-1/2: keep gathered params after forward; ZeRO-3: reshard. torchtitan's "default" reshards only
-        # without PP (apply_fsdp: reshard_after_forward = not pp_enabled), so with PP ZeRO-3 must say "always".
-        reshard = "never" if zero in (1, 2) else ("always" if pp > 1 else None)
-        if zero == 1:
+        # without PP (apply_fsdp: reshard_after_forward = not pp_enabled), so with PP ZeRO-3 must say "always"
+        # (the search plans no ZeRO-3 under PP; a row given by hand may have it).
+        reshard = None if zero == 1 and pp > 1 else "never" if zero in (1, 2) else ("always" if pp > 1 else None)
+        if zero == 1 and pp == 1:
             notes.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) is closest")
         m_steps = job.global_batch // (int(row["micro_batch"]) * dp)
-        if pp > 1:
+        if zero == 1 and pp > 1:
+            notes.append("# under PP torchtitan's FSDP keeps the weights gathered and the gradients whole until the "
+                         "last micro-batch, then reduce-scatters once: the plan's ZeRO-1")
+        elif pp > 1:
             more = pp_unsharded_gib(row)
             extra = f" (about {more:,.1f} GiB more per GPU than planned)" if more else ""
             held = "gradients unsharded and its weights gathered" if zero >= 3 else "gradients unsharded"

@@ -37,7 +37,8 @@ RANK_ORDERS = ("dp-pp", "pp-dp")
 def pp_next_launchable(cp, pp, zero):
     """Where PP may sit next to TP (rank order pp-dp): only Megatron launches it (--use-tp-pp-dp-mapping), and not
     with CP or EP (validate_args: "context_parallel and expert_model_parallel can't be used with tp-pp-dp
-    mapping"), nor with ZeRO-2/3 under PP, which only torchtitan runs (PP outermost). Arrays broadcast."""
+    mapping"), nor with ZeRO-2 under PP, which Megatron does not run (torchtitan and Llama 3's stack put PP
+    outermost; ZeRO-3 under PP is no layout: constraints). Arrays broadcast."""
     return (np.asarray(cp) == 1) & ~((np.asarray(zero) >= 2) & (np.asarray(pp) > 1))
 ZERO_STAGES = (0, 1, 2, 3)                  # 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params
 
