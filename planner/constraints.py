@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.pipeline import chunk_layers, split_kind, stage_layers, stage_split_valid
-from planner.cost.step import knob_columns
+from planner.cost.step import knob_columns, num_microbatches
 from planner.errors import KEYWORD_FLAGS, PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -35,7 +35,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
     dims_ok = (m.hidden % t == 0) & (m.ffn_hidden % t == 0)
     first, mid, last = stage_layers(m.layers, p)
     batch_ok = job.global_batch % (b * d) == 0
-    num_mb = job.global_batch // np.maximum(b * d, 1)
+    num_mb = num_microbatches(job, b, d)
     not_op = np.asarray(c["recompute"]) != RECOMPUTE.index("op")
     fused = "fused (flash) attention" + ("" if hw.fused_attention else f", which {hw.name} does not have")
     return [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.checks import checked_array, tokens_and_tp
+from planner.cost.flops import attention_score_flops_per_token
 from planner.cost.params import kv_dim_per_rank
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -84,7 +85,7 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
     t, c = checked_array(tp, "tp", whole=True), checked_array(cp, "cp", whole=True)
     fa = np.asarray(flash_attention, dtype=bool)
-    flops = 4.0 * b * s * s * m.q_dim / t * np.where(fa, 0.5, 1.0) / c
+    flops = b * s * attention_score_flops_per_token(m, s, causal_halved=fa) / t / c   # the causal half when fused
     if backward:
         flops = flops * np.where(fa, 2.5, 2.0)
     qkvo = elem_bytes * b * s * (2 * m.q_dim / t / c + 2 * kv_dim_per_rank(m, t)) * (2 if backward else 1)

@@ -1,7 +1,7 @@
 """Memory per GPU (formulas.md §3): model states, activations, logits and fixed overheads.
 
 All functions take scalars or numpy arrays for the layout knobs and broadcast. Recompute: 0 none, 1 selective,
-2 full. ZeRO stage: 0 none, 1 optimizer states (Megatron distributed optimizer), 2 + gradients, 3 + parameters.
+2 full, 3 op (torchtitan's per-op policy), or their names (strategy.RECOMPUTE). ZeRO stage: 0 none, 1 optimizer states (Megatron distributed optimizer), 2 + gradients, 3 + parameters.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ from planner.specs.strategy import MASTER_BYTES, Precision, recompute_codes, sha
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "gathered", "other")
 
 
+def optimizer_shards(zero, shards):
+    """Ranks the optimizer states are split over: every ZeRO stage from 1 up shards them (ZeRO §5.1)."""
+    return np.where(np.asarray(zero) >= 1, shards, 1)
+
+
 def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
     """Bytes per parameter of weights, gradients and optimizer states under ZeRO-DP over d ranks.
 
@@ -31,7 +36,7 @@ def state_bytes_per_param(zero, dp, precision: Precision = Precision()):
     """
     zero, dp = checked_array(zero, "zero", 0, 3, whole=True), checked_array(dp, "dp", whole=True)
     master = MASTER_BYTES if precision.params_are_master else 0
-    opt_shards = np.where(zero >= 1, dp, 1)
+    opt_shards = optimizer_shards(zero, dp)
     weights = (np.where(zero >= 3, 0 if master else precision.param_bytes / dp, precision.param_bytes)
                + master / opt_shards)
     grads = precision.grad_bytes / np.where(zero >= 2, dp, 1)

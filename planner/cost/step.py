@@ -27,7 +27,7 @@ import numpy as np
 from planner.checks import integral
 from planner.cost import comm, compute, flops, memory
 from planner.cost.layer import attention_times, cp_layer_times, exposed, in_sequence, layer_times, world
-from planner.cost.pipeline import (block_recompute_share, interleave_group_size, last_group_size,
+from planner.cost.pipeline import (block_recompute_share, bubble_ratio, interleave_group_size, last_group_size,
                                    layers_per_stage, model_recompute_share, stage_layers)
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
@@ -230,7 +230,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     dp_comm = np.where(pick_dp_inner, results[0][1], results[1][1])
 
     # ZeRO shards over the DP x CP ranks that hold the same weights, or over one shard group of them (HSDP)
-    opt_params = params_stage / np.where(z >= 1, shard_group(d, cp, c["dp_replicate"]), 1)
+    opt_params = params_stage / memory.optimizer_shards(z, shard_group(d, cp, c["dp_replicate"]))
     optimizer = opt_params * optimizer_traffic_bytes_per_param(precision) / hbm_bytes_per_s
 
     times = {
@@ -241,7 +241,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
         "cp_comm": num_mb * stage_cp,
         "pp_comm": pp_comm,
         "dp_comm": dp_comm,
-        "bubble": (p - 1) / v * (stage_comp + stage_tp + stage_cp),
+        "bubble": bubble_ratio(p, 1, v) * (stage_comp + stage_tp + stage_cp),     # (p − 1)/v micro-batch passes
         "optimizer": optimizer,
     }
     step = sum(times.values())
