@@ -102,18 +102,24 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
     """HBM bytes moved by one layer's memory-bound kernels in the forward pass.
 
     Two norms (read + write h per token), two fused bias-dropout-residual adds (read 2, write 1, plus a 1-byte
-    mask with dropout; a parallel residual's one add reads 3 and writes 1), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
+    mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
     embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
-    unless sequence parallelism shards it. `eager`: the same ops as separate PyTorch kernels (eager_extra_bytes).
+    unless sequence parallelism shards it. A parallel residual runs as GPT-NeoX's layer does (gpt_j_residual,
+    megatron/model/transformer.py): bias-dropout of the attention output (read 1, write 1), bias-dropout-add of the
+    MLP output onto it (read 2, write 1), both on the TP ranks' partial sums of the whole sequence, before the one
+    reduction, so SP does not shard them; then the layer input added to the reduced sum (read 2, write 1).
+    `eager`: the same ops as separate PyTorch kernels (eager_extra_bytes).
     """
     sb, t = tokens_and_tp(seq_len, micro_batch, tp)
     e, h, drop = elem_bytes, m.hidden, (1.0 if m.dropout else 0.0)
-    # a parallel residual adds both branches to the input in one kernel: read 3, write 1 (and both masks)
-    residual = (4 * e + 2 * drop) * h if m.parallel_residual else 2 * ((3 * e + drop) * h)
+    if m.parallel_residual:
+        pre_reduction, residual = (5 * e + 2 * drop) * h, 3 * e * h
+    else:
+        pre_reduction, residual = 0.0, 2 * ((3 * e + drop) * h)
     per_token_replicated = 2 * (2 * e * h) + residual
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
     rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim / t + kv_dim_per_rank(m, t))
-    fused = per_token_replicated / np.where(sp, t, 1) + act / t + rope
+    fused = per_token_replicated / np.where(sp, t, 1) + pre_reduction + act / t + rope
     extra = eager_extra_bytes(m, t, sp, e) if np.any(eager) else 0.0
     return sb * (fused + np.where(eager, extra, 0.0))
 
@@ -187,8 +193,9 @@ def _eager_extra_kernels(m: ModelSpec) -> int:
 
 
 def _elementwise_kernels(m: ModelSpec) -> int:
-    """2 norms, 2 residual adds, the MLP activation, and rotary embedding unless positions are learned."""
-    return 5 + (0 if m.learned_positions else 1)
+    """2 norms, 2 residual adds (a parallel residual: GPT-NeoX's 3 kernels, layer_elementwise_bytes), the MLP
+    activation, and rotary embedding unless positions are learned."""
+    return 5 + (1 if m.parallel_residual else 0) + (0 if m.learned_positions else 1)
 
 
 def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise_s=0.0,

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.cost.compute import layer_elementwise_bytes
+from planner.cost.compute import layer_elementwise_bytes, layer_kernel_count
 from planner.cost.layer import layer_times
 from planner.cost.memory import activation_bytes_per_layer
 from planner.cost.params import total_params
@@ -58,15 +58,22 @@ def test_with_sequence_parallelism_by_hand():
 
 def test_the_second_norm_reads_the_kept_layer_input():
     """Activations: the second norm's input is the layer input the first already keeps, so one b·s·h tensor less
-    (S bytes, replicated at TP 2 without SP; S/2 with SP). Element-wise traffic: one residual add of three inputs
-    (read 3, write 1: 8h bytes per token) for two of two (2 x 6h): 4h x 8,192 tokens = 201,326,592 bytes less."""
+    (S bytes, replicated at TP 2 without SP; S/2 with SP). Element-wise traffic, GPT-NeoX's three kernels: bias-dropout
+    of the attention output (read 1, write 1: 4h bytes per token), bias-dropout-add of the MLP output onto it (6h), the
+    input added after the reduction (6h), for two residual adds of 6h: without SP 16h - 12h = 4h x 8,192 tokens =
+    201,326,592 bytes more; with SP the first two stay whole (the ranks' partial sums, before the reduction):
+    10h + 6h/2 against 12h/2, 7h more; one kernel more."""
     for sp, kept in ((False, S), (True, S / 2)):
         seq = float(activation_bytes_per_layer(SEQUENTIAL, 2048, 4, 2, sp, 0))
         par = float(activation_bytes_per_layer(PARALLEL, 2048, 4, 2, sp, 0))
         assert seq - par == pytest.approx(kept, rel=1e-12)
-    less = float(layer_elementwise_bytes(SEQUENTIAL, 2048, 4, 2, False)) - float(
-        layer_elementwise_bytes(PARALLEL, 2048, 4, 2, False))
-    assert less == pytest.approx(4 * 6144 * 2 * 2048 * 4 / 2, rel=1e-12) == 201_326_592
+    more = float(layer_elementwise_bytes(PARALLEL, 2048, 4, 2, False)) - float(
+        layer_elementwise_bytes(SEQUENTIAL, 2048, 4, 2, False))
+    assert more == pytest.approx(4 * 6144 * 2048 * 4, rel=1e-12) == 201_326_592
+    more_sp = float(layer_elementwise_bytes(PARALLEL, 2048, 4, 2, True)) - float(
+        layer_elementwise_bytes(SEQUENTIAL, 2048, 4, 2, True))
+    assert more_sp == pytest.approx(7 * 6144 * 2048 * 4, rel=1e-12)
+    assert layer_kernel_count(PARALLEL, True) - layer_kernel_count(SEQUENTIAL, True) == 1
 
 
 def test_same_weights_and_nothing_changes_at_tp_1():
