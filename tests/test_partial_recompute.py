@@ -170,6 +170,16 @@ def test_edge_stage_memory_and_time_use_their_own_share():
     fwd, bwd, tp_fwd, _ = layer_times(m, HW, job, {**cols, "rc_frac": np.array([1 / 2])}, Runtime())
     last = 1 * (fwd + bwd) + 1 * (1 - 1 / 2) * (fwd + tp_fwd) + logits_time_s(m, 8192, 1, 1, HW)
     assert out["compute_s"][0] / out["num_microbatches"][0] == pytest.approx(last[0], rel=1e-9)
+    # with CP 2 the extra recomputed forward also repeats its K/V exchange (cp_layer_times' forward)
+    from planner.cost.layer import cp_layer_times
+    cp_cols = {**_cols(m, 1, 4, 8, 1, 2, 1), "cp": np.array([2])}
+    out = step_columns(m, HW, job, cp_cols, Precision())
+    cp_cols["rc_frac"] = np.array([1 / 2])
+    fwd, bwd, tp_fwd, _ = layer_times(m, HW, job, cp_cols, Runtime())
+    cp_fwd = cp_layer_times(m, HW, job, cp_cols, Runtime())[0]
+    assert cp_fwd[0] > 0
+    last = (fwd + bwd) + (1 - 1 / 2) * (fwd + tp_fwd + cp_fwd) + logits_time_s(m, 8192 / 2, 1, 1, HW)
+    assert out["compute_s"][0] / out["num_microbatches"][0] == pytest.approx(last[0], rel=1e-9)
 
 
 def test_hfu_counts_each_stage_share():

@@ -189,7 +189,8 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     # The last stage of an uneven split may recompute a larger share of its layers (block_recompute_share).
     partial = np.any(np.asarray(c["rc_layers"]) > 0)          # else every share is 1: skip the arithmetic
     edge_share = block_recompute_share(last, c["rc_layers"], v) if partial else 1.0
-    edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * last * (fwd + tp_fwd), 0.0)
+    # (a recomputed forward repeats its TP collectives and its CP K/V exchange, as cp_layer_times prices the share)
+    edge_rc = np.where(rc == 2, (edge_share - c["rc_frac"]) * last * (fwd + tp_fwd + cp_fwd), 0.0)
     # Without gradient-accumulation fusion each micro-batch's backward ends with an add of its weight gradient into
     # the accumulation buffer, a memory-bound pass over the stage's gradients (the shard of them where ZeRO shards
     # the gradients, as memory.state_bytes_per_param does); the first stage's embedding counts with the middle ones.
