@@ -194,16 +194,35 @@ def placement_lines(row, hw) -> list[str]:
     return lines
 
 
+def causal_half_share(m, job) -> float:
+    """Model FLOPs with causal attention counted at half (as FlashAttention computes it) over PaLM's full count: the
+    factor that turns any layout's MFU of this job into the halved convention's."""
+    from planner.cost.flops import model_flops_per_step
+
+    full, half = (float(model_flops_per_step(m, job.seq_len, job.global_batch, h)) for h in (False, True))
+    return half / full
+
+
+def mfu_convention(m, job, rt, best_mfu=None) -> tuple[str, str]:
+    """(How MFU counts attention, and a sentence with the halved figures when halving moves `best_mfu` a point or
+    more: at long sequences attention is a large share of the FLOPs; else "")."""
+    if rt.causal_flops_halved:
+        return "MFU: model FLOPs (causal attention counted at half)", ""
+    share = causal_half_share(m, job)
+    halved = ""
+    if best_mfu is not None and best_mfu - best_mfu * share >= 0.01:
+        halved = (f" Counting causal attention at half, as FlashAttention computes it, every MFU is x{share:.2f} "
+                  f"(#1: {best_mfu * share:.1%}).")
+    return "MFU: model FLOPs (PaLM convention, causal attention not halved)", halved
+
+
 def attention_notes(row, m, job, rt) -> list[str]:
     """What the MFU convention and a CP ring do to the figures of a layout: PaLM's MFU counts causal attention in
     full while FlashAttention computes half of it (at long sequences that alone is points of MFU); a ring runs
     attention as one kernel per K/V chunk plus merges, launches counted under compute (compute.layer_kernel_count)."""
-    from planner.cost.flops import model_flops_per_step
-
     lines = []
     if not rt.causal_flops_halved:
-        full, half = (float(model_flops_per_step(m, job.seq_len, job.global_batch, h)) for h in (False, True))
-        halved = float(row["mfu"]) * half / full
+        halved = float(row["mfu"]) * causal_half_share(m, job)
         if float(row["mfu"]) - halved >= 0.01:
             lines.append(f"MFU counts causal attention in full (PaLM's convention); FlashAttention computes half of "
                          f"it: counted at half, MFU is {halved:.1%}.")

@@ -12,9 +12,9 @@ from rich.table import Table
 from planner.cost.memory import MEMORY_PARTS
 from planner.cost.params import total_params
 from planner.cost.step import TIME_PARTS
-from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, layout_label, placement_lines,
-                             price_note, recompute_label, rejection_summary, small_batch_note, state_notes, why_first,
-                             zero_label)
+from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, causal_half_share, layout_label,
+                             mfu_convention, placement_lines, price_note, recompute_label, rejection_summary,
+                             small_batch_note, state_notes, why_first, zero_label)
 from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
 
@@ -92,7 +92,8 @@ def result_document(result: SearchResult, top: int) -> dict:
         "rejected": dict(result.rejected),
         "configs": [config_record(r) for _, r in table.iterrows()],
         "why_first": why_first(result.table),
-        "conventions": CONVENTIONS,
+        # the factor that turns every MFU of this job into causal attention counted at half
+        "conventions": {**CONVENTIONS, "mfu_causal_half_share": round(causal_half_share(result.model, result.job), 4)},
     }
     if len(result.table) == 0:
         doc["closest"] = [config_record(r) for _, r in result.closest.head(top).iterrows()]
@@ -197,8 +198,9 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console, def
         "; gradients accumulated by a separate add per micro-batch (no fusion)"
         if not result.runtime.grad_accumulation_fusion else "") + (
         "; fp32 parameters as the master weights" if result.precision.params_are_master else "")
-    out.print(f"MFU: model FLOPs (PaLM convention, causal attention not halved) / dense {hw.mixed_precision} peak; "
-              f"memory in GiB{unfused}.")
+    convention, halved = mfu_convention(result.model, result.job, result.runtime,
+                                        float(result.table["mfu"].iloc[0]) if len(result.table) else None)
+    out.print(f"{convention} / dense {hw.mixed_precision} peak; memory in GiB{unfused}.{halved}")
 
 
 def print_breakdown(ev, out: Console) -> None:

@@ -385,3 +385,21 @@ def test_a_batch_of_fewer_sequences_than_gpus_says_what_it_forces(capsys):
         assert code == 0 and "smaller than the" not in out, batch
     assert "spans at least 8 GPUs" in small_batch_note(Job(64, 2048, 24))        # 64 / gcd(64, 24), not 3
     assert small_batch_note(Job(64, 2048, 64)) is None
+
+
+def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
+    """PaLM's MFU counts causal attention in full; FlashAttention computes half of it. The factor is the job's (model
+    FLOPs counted at half over counted in full: 8B at 128K tokens, x0.59), and #1's MFU times it is printed; where
+    it moves #1 less than a point (8B at 512 tokens), nothing is added."""
+    from planner.cost.flops import model_flops_per_step
+    m = planner.load_model("8b")
+    long = ["--model", "8b", "--gpus", "64", "--seq-len", "131072", "--global-batch", "64", "--format", "json"]
+    doc = json.loads(runner.invoke(app, long).stdout)
+    best = doc["configs"][0]["mfu"]
+    share = model_flops_per_step(m, 131072, 64, True) / model_flops_per_step(m, 131072, 64, False)
+    assert round(share, 2) == 0.59 and doc["conventions"]["mfu_causal_half_share"] == round(share, 4)
+    text = runner.invoke(app, long[:-2]).stdout
+    assert f"every MFU is x{share:.2f} (#1: {best * share:.1%})" in text.replace("\n", " ")
+    short = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--seq-len", "512", "--global-batch", "64"]).stdout
+    assert "not halved" in short and "Counting causal attention at half" not in short
+
