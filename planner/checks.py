@@ -106,7 +106,8 @@ def parse_count(text: str, flag: str, binary: bool = False) -> int:
     --tokens and --global-batch-tokens with it, and the library takes the same strings."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?|b)?\s*", str(text).lower())
     if not match:
-        raise PlannerError(flag, f"got {text!r}, expected a number with an optional suffix ({SUFFIX_RULE})")
+        what = "a positive number" if str(text).strip().startswith("-") else "a number"
+        raise PlannerError(flag, f"got {text!r}, expected {what} with an optional suffix ({SUFFIX_RULE})")
     suffix = (match.group(2) or "").replace("b", "g")
     if binary and suffix in ("k", "m", "g", "t"):
         suffix += "i"

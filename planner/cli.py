@@ -13,10 +13,10 @@ from planner import options
 from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag, int_pins,
                            network_flags, on_network, output_format, parse_count, precision_flags, reject_unused,
-                           runtime_flags, usage_error_line)
+                           runtime_flags, show_version, usage_error_line)
 from planner.output import EXIT_BROKEN_PIPE, console
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Plan the parallel layout of LLM training: memory, step time, MFU.")
 EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
@@ -103,10 +103,10 @@ def plan(
                                          "settings: megatron, torchtitan or deepspeed."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Draw step-time parts and step time vs memory to a "
                                        ".png or .svg file (needs the plot extra)."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=show_version, help="Print the version."),
 ):
-    """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned).
-
-    Several hardware profiles (--hardware h100-sxm,b200) compare the best layout on each."""
+    """Rank the parallel layouts of MODEL on GPUS GPUs (or show one layout's breakdown when TP, PP, DP are pinned);
+    several hardware profiles (--hardware h100-sxm,b200) compare the best layout on each."""
     if ctx.invoked_subcommand is not None:
         return
     if model is None or gpus is None:

@@ -21,6 +21,17 @@ class Format(str, Enum):
     csv = "csv"
 
 
+def show_version(value: bool) -> None:
+    """--version: the installed distribution's version, then exit (an eager option, before any other check)."""
+    if value:
+        from importlib.metadata import version
+
+        import typer
+
+        print(f"planner {version('planner')}")
+        raise typer.Exit()
+
+
 def int_flag(value, flag: str):
     """A whole-number option (typer's own message would not restate the value)."""
     if value is None:

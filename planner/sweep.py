@@ -96,7 +96,7 @@ def add_budget_columns(df, tokens, gpus, hw, price_usd_per_gpu_hour=None, pue=No
     seconds = budget.time_to_train_s(tokens, df["tokens_per_s"].to_numpy())
     hours = budget.gpu_hours(gpus, seconds)
     # The inputs travel with the results, so that a record's cost and energy can be checked alone.
-    df["train_tokens"] = float(tokens)
+    df["train_tokens"] = int(tokens) if float(tokens).is_integer() else float(tokens)     # a count: 15T, not 1.5e13
     df["time_to_train_days"] = seconds / 86400.0
     df["gpu_hours"] = hours
     df["price_usd_per_gpu_hour"] = np.nan if price is None else float(price)

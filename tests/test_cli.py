@@ -403,3 +403,29 @@ def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
     short = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--seq-len", "512", "--global-batch", "64"]).stdout
     assert "not halved" in short and "Counting causal attention at half" not in short
 
+
+def test_version_and_an_80_column_help_that_names_every_flag_whole():
+    """`plan --version` prints the installed version (before any other check); help at 80 columns wraps the
+    descriptions but spells every flag of every command in full (rich's table cut them to '--recompute-laye…')."""
+    import typer
+    from importlib.metadata import version
+    out = runner.invoke(app, ["--gpus", "x", "--version"])
+    assert out.exit_code == 0 and out.stdout.strip() == f"planner {version('planner')}"
+    group = typer.main.get_command(app)
+    for name, command in [(None, group), *group.commands.items()]:
+        text = runner.invoke(app, ([name] if name else []) + ["--help"], terminal_width=80).stdout
+        assert "…" not in text and max(map(len, text.splitlines())) <= 80, name
+        for param in command.params:
+            for flag in param.opts + param.secondary_opts:
+                assert flag in text, (name, flag)
+
+
+def test_train_tokens_is_a_count_and_a_negative_budget_is_named_as_such(capsys):
+    """--tokens 15T is 15,000,000,000,000 tokens, an integer in JSON (not 1.5e13); '-5T' is refused as not
+    positive (it is a number, so 'expected a number' would not say what is wrong)."""
+    doc = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "15T", "--format",
+                                         "json"]).stdout)
+    assert {type(c["train_tokens"]) for c in doc["configs"]} == {int}
+    assert doc["configs"][0]["train_tokens"] == 15 * 10**12
+    out = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "-5T"])
+    assert out.exit_code == 2 and "--tokens: got '-5T', expected a positive number" in out.output

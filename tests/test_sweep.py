@@ -190,12 +190,12 @@ def _options(command) -> set[str]:
 
 def test_sweep_takes_every_layout_and_runtime_flag_of_plan():
     """A sweep prices each count as `plan` would price it: it takes all of plan's flags except those that are
-    per-count (--dp) or belong to one search's output (--top, --sort, --export)."""
+    per-count (--dp) or belong to one search's output (--top, --sort, --export); --version is the program's."""
     import typer.main
 
     group = typer.main.get_command(app)
     plan_opts, sweep_opts = _options(group), _options(group.commands["sweep"])
-    assert plan_opts - sweep_opts == {"--dp", "--top", "--sort", "--export"}
+    assert plan_opts - sweep_opts == {"--dp", "--top", "--sort", "--export", "--version"}
 
 
 @pytest.mark.parametrize("model, base, flag", [
