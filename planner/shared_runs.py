@@ -66,8 +66,8 @@ _FAMILIES = (
     (r"gemma", {**_MODERN, "tied_embeddings": True}),
     (r"mpt", dict(_LN, tied_embeddings=True, bias=False, dropout=False)),                   # ALiBi, no biases
     (r"bloom", dict(_LN, tied_embeddings=True, bias=True, dropout=True)),                   # ALiBi
-    (r"neox|pythia", dict(_LN, tied_embeddings=False, bias=True, dropout=False,            # rotary; gpt_j_residual
-                          parallel_residual=True)),
+    (r"neox|pythia", dict(_LN, tied_embeddings=False, bias=True, dropout=False,            # gpt_j_residual
+                          parallel_residual=True, rotary_fraction=0.25)),                   # rotary_pct 0.25
     (r"nemotron", dict(_LN, tied_embeddings=False, bias=False, dropout=False)),             # squared ReLU, RoPE
     (r"falcon", dict(gated_mlp=False, tied_embeddings=True, norm="layernorm", bias=False, learned_positions=False,
                      dropout=False)),

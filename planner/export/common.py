@@ -46,8 +46,12 @@ def plan_line(row) -> str | None:
 def block_note(framework: str, m) -> str | None:
     """The transformer block the plan priced where the framework builds another: a parallel residual
     (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
-    the model code's; None for a sequential block."""
+    the model code's; torchtitan's models rotate every head dimension (ModelSpec.rotary_fraction); None for a
+    sequential block it builds as planned."""
     if not m.parallel_residual:
+        if framework == "torchtitan" and m.rotary_fraction != 1:
+            return (f"rotary embedding on {m.rotary_fraction:.0%} of each head's dimensions: torchtitan's models "
+                    "rotate all of them, a different model at the same cost")
         return None
     if framework == "deepspeed":
         return ("parallel residual: the model code's block (GPT-NeoX: gpt_j_residual true), one forward TP "

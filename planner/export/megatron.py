@@ -47,6 +47,8 @@ def _model_args(m: ModelSpec, job: Job) -> list[str]:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     args.append(f"--max-position-embeddings {max(job.seq_len, m.seq_len)}")
     args.append("--position-embedding-type " + ("learned_absolute" if m.learned_positions else "rope"))
+    if m.rotary_fraction != 1:
+        args.append(f"--rotary-percent {m.rotary_fraction:g}")        # GPT-NeoX's rotary_pct
     args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
     if m.qk_norm:
         args.append("--qk-layernorm")        # the query and key norms (of the --normalization kind)

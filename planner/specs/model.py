@@ -50,6 +50,9 @@ class ModelSpec:
     # Attention and MLP side by side on the layer input, their outputs summed (GPT-J, GPT-NeoX's use_parallel_residual,
     # PaLM): the same weights (two norms, as GPT-NeoX) and FLOPs, one forward TP reduction per layer instead of two.
     parallel_residual: bool = False
+    # Share of each head's dimensions rotary embedding rotates (GPT-NeoX rotary_pct, Megatron --rotary-percent). The
+    # same cost: Megatron's and GPT-NeoX's rope split the head, rotate one part and concatenate, moving all of it.
+    rotary_fraction: float = 1.0
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
@@ -70,6 +73,13 @@ class ModelSpec:
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
         if self.norm not in ("rmsnorm", "layernorm"):
             raise PlannerError(f"model {self.name}: norm", f"got {self.norm!r}, expected rmsnorm or layernorm")
+        if isinstance(self.rotary_fraction, bool) or not isinstance(self.rotary_fraction, (int, float)) or not (
+                0 < self.rotary_fraction <= 1):
+            raise PlannerError(f"model {self.name}: rotary_fraction", f"got {self.rotary_fraction!r}, expected a "
+                                                                      "share of the head dimensions in (0, 1]")
+        if self.learned_positions and self.rotary_fraction != 1:
+            raise PlannerError(f"model {self.name}: rotary_fraction", "expected 1 with learned_positions (no rotary "
+                                                                      "embedding to apply to part of the heads)")
         if self.heads % self.kv_heads:
             raise PlannerError(f"model {self.name}: kv_heads",
                                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
@@ -132,6 +142,7 @@ class ModelFile(BaseModel):
     dropout: bool = False
     qk_norm: bool = False
     parallel_residual: bool = False
+    rotary_fraction: float = Field(default=1.0, gt=0, le=1)
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
     activation: Literal[ACTIVATIONS] | None = None      # default: silu if gated_mlp, else gelu
 
@@ -171,7 +182,8 @@ class ModelFile(BaseModel):
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
-            qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, description=self.description,
+            qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, rotary_fraction=self.rotary_fraction,
+            description=self.description,
             sliding_window=self.sliding_window, activation=self.activation or "",
         )
 
@@ -207,6 +219,16 @@ def _hf_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise PlannerError(where, f"field {key!r} must be true or false, got {value!r}")
     return value
+
+
+def _hf_float(cfg: dict, key: str, where: str, default: float) -> float:
+    """A share in (0, 1] of a config.json; `default` when absent."""
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise PlannerError(where, f"field {key!r} must be a number in (0, 1], got {value!r}")
+    return float(value)
 
 
 def _hf_unsupported(cfg: dict, where: str) -> None:
@@ -290,6 +312,7 @@ def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
             activation=_hf_activation(cfg, where, "hidden_act"),
             # GPTNeoXConfig's default is True (GPT-NeoX-20B, Pythia): attention and MLP in parallel, two norms
             parallel_residual=_hf_bool(cfg, "use_parallel_residual", where, True),
+            rotary_fraction=_hf_float(cfg, "rotary_pct", where, 0.25),     # GPTNeoXConfig's default (NeoX-20B, Pythia)
         )
     else:
         raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported "

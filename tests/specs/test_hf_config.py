@@ -287,3 +287,35 @@ def test_exports_say_when_they_build_no_parallel_residual(tmp_path):
     sequential = load_model(write_config(tmp_path, {**PYTHIA_160M_CONFIG, "use_parallel_residual": False}, "seq"))
     assert "parallel residual" not in export("megatron", ev.row, sequential, ev.result.job)[0]
 
+
+
+def test_partial_rotary_is_read_costs_full_and_is_exported(tmp_path):
+    """GPT-NeoX's rotary_pct (Pythia: 0.25; GPTNeoXConfig's default when absent) becomes rotary_fraction; the cost
+    is full rotary's (the rope kernels move whole heads: split, rotate, concatenate); the Megatron export writes
+    --rotary-percent 0.25, torchtitan's notes that its models rotate every dimension; a share outside (0, 1], or one
+    beside learned positions, is refused naming the field."""
+    import dataclasses
+
+    from planner import evaluate
+    from planner.cost.compute import layer_elementwise_bytes
+    from planner.errors import PlannerError
+    from planner.export import export
+    m = load_model(write_config(tmp_path, PYTHIA_160M_CONFIG))
+    absent = {k: v for k, v in PYTHIA_160M_CONFIG.items() if k != "rotary_pct"}
+    whole = load_model(write_config(tmp_path, {**PYTHIA_160M_CONFIG, "rotary_pct": 1.0}, "whole"))
+    assert m.rotary_fraction == 0.25 and load_model(write_config(tmp_path, absent, "absent")).rotary_fraction == 0.25
+    assert float(layer_elementwise_bytes(m, 2048, 1, 1, False)) == float(layer_elementwise_bytes(whole, 2048, 1, 1,
+                                                                                                 False))
+    ev = evaluate(m, 8, tp=2, pp=1, dp=4, zero_stage=1, hardware="a100-80gb")
+    assert "--rotary-percent 0.25" in export("megatron", ev.row, m, ev.result.job)[0]
+    assert "--rotary-percent" not in export("megatron", ev.row, whole, ev.result.job)[0]
+    sequential = dataclasses.replace(m, parallel_residual=False)
+    assert "rotary embedding on 25% of each head's dimensions" in export("torchtitan", ev.row, sequential,
+                                                                         ev.result.job)[0]
+    for bad in (0, 1.5, True, "0.25"):
+        with pytest.raises(PlannerError, match="rotary_pct"):
+            load_model(write_config(tmp_path, {**PYTHIA_160M_CONFIG, "rotary_pct": bad}, f"bad{bad}"))
+    with pytest.raises(PlannerError, match="rotary_fraction"):
+        dataclasses.replace(m, rotary_fraction=0.0)
+    with pytest.raises(PlannerError, match="rotary_fraction"):
+        dataclasses.replace(m, learned_positions=True)
