@@ -149,6 +149,9 @@ def test_a_switch_is_a_boolean_not_whatever_numpy_calls_truthy(sp):
         memory.activation_bytes_per_layer(m, 8192, 1, 8, sp, "selective")
     on, off = (float(memory.activation_bytes_per_layer(m, 8192, 1, 8, x, "selective")) for x in (1, 0))
     assert on == float(memory.activation_bytes_per_layer(m, 8192, 1, 8, True, "selective")) < off
+    # layer_times called directly reads the switch the same way
+    with pytest.raises(PlannerError, match=r"^sp: got .*expected true/false"):
+        layer_times(M8, H100, JOB, {**LAYOUT, "sp": sp, "recompute": "none"}, Runtime())
 
 
 def test_numbers_held_in_arrays_and_objects_read_as_the_numbers():

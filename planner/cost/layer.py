@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.checks import checked_flag
 from planner.cost import comm, compute
 from planner.cost.params import kv_dim_per_rank
 from planner.specs.hardware import HardwareSpec
@@ -53,7 +54,8 @@ def layer_times(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, rt: Runtime, 
     Context parallelism gives each rank s/cp tokens: every token-wise kernel and the TP collectives shrink by cp,
     attention by cp too (compute.attention_core_time_s); its own K/V exchange is `cp_layer_times`."""
     rt = rt.for_hardware(hw)
-    s, b, t, sp, rc = job.seq_len, c["micro_batch"], c["tp"], c["sp"], recompute_codes(c["recompute"])
+    s, b, t, rc = job.seq_len, c["micro_batch"], c["tp"], recompute_codes(c["recompute"])
+    sp = checked_flag(c["sp"], "sp")            # a string "False" would read as true
     cp = np.asarray(c.get("cp", 1))
     s_rank = s / cp
     gemm = compute.layer_gemm_time_s(m, s_rank, b, t, hw, e)
