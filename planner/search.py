@@ -29,6 +29,8 @@ GIB = 2**30
 DEFAULT_HEADROOM_FRACTION = 0.07
 DEFAULT_HARDWARE = "h100-sxm"
 CHUNK_ROWS = 200_000
+SELECTIVE_DOMINATED = ("selective recompute with FlashAttention: the memory of no recompute (no attention scores "
+                       "kept) at more time")
 HYBRID_DOMINATED = ("hybrid sharding: not the layout's fastest fitting degree, or no faster than sharding over "
                     "all ranks")
 MAX_GPUS_TRIED = 2**20                 # smallest_fitting_gpus looks no further
@@ -138,9 +140,18 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     cols = enumerate_candidates(m, job, pins)
     n = len(cols["tp"])
     rejected: dict[str, int] = {}
+    # FlashAttention keeps no s x s scores, so selective recompute keeps what none keeps (memory.
+    # activation_bytes_per_layer) and costs the attention forward again: a valid one can never rank first
+    drop_selective = pins.recompute is None and runtime.for_hardware(hw).flash_attention
     fitting, overflowing = [], []
     for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention,
                               runtime.microbatch_groups):
+        twin = good["recompute"] == RECOMPUTE.index("selective")
+        if drop_selective and twin.any():
+            rejected[SELECTIVE_DOMINATED] = rejected.get(SELECTIVE_DOMINATED, 0) + int(np.count_nonzero(twin))
+            good = {k: v[~twin] for k, v in good.items()}
+            if not len(good["tp"]):
+                continue
         res = step_columns(m, hw, job, good, precision, runtime)
         frames = [_rows_to_frame(good, res, job, capacity)]
         if pins.dp_replicate is None:

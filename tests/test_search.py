@@ -345,3 +345,25 @@ def test_readme_notebook_code_runs_and_the_cost_columns_match_the_search():
     ns: dict = {}
     exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), ns)     # noqa: S102 - our own README
     assert np.array_equal(ns["out"]["step_time_s"], ns["df"]["step_time_s"].to_numpy())
+
+
+def test_selective_recompute_is_searched_only_where_it_can_save_memory():
+    """With FlashAttention no s x s scores are kept, so selective recompute keeps exactly what none keeps and costs
+    the attention forward again: the search counts the valid ones as rejected (after the validity rules, which
+    still name what else is wrong with the rest) and ranks none of them; without
+    FlashAttention (unfused attention keeps the scores) selective saves memory and is searched; pinned, it is
+    priced."""
+    from planner.cost import memory
+    from planner.search import SELECTIVE_DOMINATED
+    from planner.specs.strategy import Runtime
+    m = load_model("llama-3.1-8b")
+    assert float(memory.activation_bytes_per_layer(m, 8192, 1, 2, True, "selective")) == float(
+        memory.activation_bytes_per_layer(m, 8192, 1, 2, True, "none"))
+    flash = run_search("8b", 16, find_min_gpus=False)
+    unpriced = run_search("8b", 16, find_min_gpus=False, pins=Pins(recompute="selective"))
+    assert flash.rejected[SELECTIVE_DOMINATED] == len(unpriced.table) + unpriced.rejected.get(FIT_REASON, 0)
+    assert "selective" not in set(flash.table["recompute"])
+    unfused = run_search("8b", 16, find_min_gpus=False, runtime=Runtime(flash_attention=False))
+    assert SELECTIVE_DOMINATED not in unfused.rejected and "selective" in set(unfused.table["recompute"])
+    pinned = run_search("8b", 16, find_min_gpus=False, pins=Pins(recompute="selective"))
+    assert len(pinned.table) and set(pinned.table["recompute"]) == {"selective"}
