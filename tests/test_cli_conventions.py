@@ -1,0 +1,55 @@
+"""What the CLI prints around its numbers: the MFU convention's halved figure, --version and an 80-column help,
+and the budget's token count."""
+
+import json
+
+from typer.testing import CliRunner
+
+import planner
+from planner.cli import app
+
+runner = CliRunner()
+
+
+def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
+    """PaLM's MFU counts causal attention in full; FlashAttention computes half of it. The factor is the job's (model
+    FLOPs counted at half over counted in full: 8B at 128K tokens, x0.59), and #1's MFU times it is printed; where
+    it moves #1 less than a point (8B at 512 tokens), nothing is added."""
+    from planner.cost.flops import model_flops_per_step
+    m = planner.load_model("8b")
+    long = ["--model", "8b", "--gpus", "64", "--seq-len", "131072", "--global-batch", "64", "--format", "json"]
+    doc = json.loads(runner.invoke(app, long).stdout)
+    best = doc["configs"][0]["mfu"]
+    share = model_flops_per_step(m, 131072, 64, True) / model_flops_per_step(m, 131072, 64, False)
+    assert round(share, 2) == 0.59 and doc["conventions"]["mfu_causal_half_share"] == round(share, 4)
+    text = runner.invoke(app, long[:-2]).stdout
+    assert f"every MFU is x{share:.2f} (#1: {best * share:.1%})" in text.replace("\n", " ")
+    short = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--seq-len", "512", "--global-batch", "64"]).stdout
+    assert "not halved" in short and "Counting causal attention at half" not in short
+
+
+def test_version_and_an_80_column_help_that_names_every_flag_whole():
+    """`plan --version` prints the installed version (before any other check); help at 80 columns wraps the
+    descriptions but spells every flag of every command in full (rich's table cut them to '--recompute-laye…')."""
+    import typer
+    from importlib.metadata import version
+    out = runner.invoke(app, ["--gpus", "x", "--version"])
+    assert out.exit_code == 0 and out.stdout.strip() == f"planner {version('planner')}"
+    group = typer.main.get_command(app)
+    for name, command in [(None, group), *group.commands.items()]:
+        text = runner.invoke(app, ([name] if name else []) + ["--help"], terminal_width=80).stdout
+        assert "…" not in text and max(map(len, text.splitlines())) <= 80, name
+        for param in command.params:
+            for flag in param.opts + param.secondary_opts:
+                assert flag in text, (name, flag)
+
+
+def test_train_tokens_is_a_count_and_a_negative_budget_is_named_as_such(capsys):
+    """--tokens 15T is 15,000,000,000,000 tokens, an integer in JSON (not 1.5e13); '-5T' is refused as not
+    positive (it is a number, so 'expected a number' would not say what is wrong)."""
+    doc = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "15T", "--format",
+                                         "json"]).stdout)
+    assert {type(c["train_tokens"]) for c in doc["configs"]} == {int}
+    assert doc["configs"][0]["train_tokens"] == 15 * 10**12
+    out = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "-5T"])
+    assert out.exit_code == 2 and "--tokens: got '-5T', expected a positive number" in out.output
