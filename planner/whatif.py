@@ -23,7 +23,8 @@ def _variants(row, m) -> list[tuple[str, dict]]:
     full = RECOMPUTE.index("full")
     for rc in (RECOMPUTE.index(name) for name in SEARCHED_RECOMPUTE):
         if rc != base["recompute"] or (rc == full and base["rc_layers"]):
-            out.append((f"{RECOMPUTE[rc]} recompute", {**base, "recompute": rc, "rc_layers": 0}))
+            name = "no" if rc == RECOMPUTE.index("none") else RECOMPUTE[rc]
+            out.append((f"{name} recompute", {**base, "recompute": rc, "rc_layers": 0}))
     # Full recompute of part of each pipeline chunk (Megatron --recompute-num-layers): between none and full. Every
     # count is priced; suggestions keeps the fastest that fits (the fewest layers recomputed that fit).
     chunk = int(chunk_layers(m.layers, base["pp"], base["vpp"]))
@@ -105,6 +106,14 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     keep = ~partial
     if len(candidates):
         keep[candidates[np.argmin(out["step_time_s"][candidates])]] = True
+    # A change another fitting change beats on both memory and time is not worth a line (with FlashAttention,
+    # selective recompute keeps what no recompute keeps, at more time)
+    mem_all, step_all = out["memory_bytes"], out["step_time_s"]
+    for i in np.flatnonzero(fitting & keep):
+        others = fitting & (np.arange(len(variants)) != i)
+        if np.any(others & (mem_all <= mem_all[i]) & (step_all <= step_all[i])
+                  & ((mem_all < mem_all[i] - 2**20) | (step_all < step_all[i] * (1 - 1e-6)))):
+            keep[i] = False
     lines = []
     for i, (label, _) in enumerate(variants):
         if not (valid[i] and keep[i]):
@@ -117,9 +126,9 @@ def suggestions(ev, limit: int = 4) -> list[str]:
                                     f"step {dstep:+.1%}."))
         elif ev.fits and fits and dstep < -0.005:
             why = ""
-            if out["bubble_s"][i] < row["bubble_s"] * 0.9 and row["bubble_s"] > 0:
-                old = row["bubble_s"] / base_step
-                why = f" (bubble {old:.0%} -> {out['bubble_s'][i] / step:.0%} of the step)"
+            old, new = row["bubble_s"] / base_step, out["bubble_s"][i] / step
+            if out["bubble_s"][i] < row["bubble_s"] * 0.9 and f"{old:.0%}" != f"{new:.0%}":
+                why = f" (bubble {old:.0%} -> {new:.0%} of the step)"
             lines.append((1, dstep, f"{label}: step {dstep:+.1%}{why}; memory {dmem:+.1f} GiB "
                                     f"({mem / GIB:.1f} GiB)."))
         elif ev.fits and dmem < -1.0 and dstep < 0.02:

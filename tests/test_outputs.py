@@ -58,6 +58,29 @@ def test_whatif_suggestions_are_real_improvements():
         assert _best("405b", 512, **{**layout, **_knob_of(tip.split(":")[0])}).fits, tip
 
 
+def test_whatif_drops_a_change_another_one_beats_on_memory_and_time():
+    """70B TP8 PP4 DP2 with full recompute: no recompute is 26% faster; with FlashAttention selective recompute
+    keeps the same memory and is slower, so it is no advice (it was listed right below); the bubble, 0% either
+    way, gets no '0% -> 0%' note."""
+    from planner.whatif import suggestions
+
+    ev = _best("70b", 64, tp=8, pp=4, dp=2, recompute="full", micro_batch=1, vpp=1, zero_stage=1,
+               sequence_parallel=True)
+    tips = suggestions(ev)
+    assert tips[0].startswith("no recompute: step -") and "bubble" not in tips[0]
+    assert not any(t.startswith("selective recompute") for t in tips)
+    sel = _best("70b", 64, tp=8, pp=4, dp=2, recompute="selective", micro_batch=1, vpp=1, zero_stage=1,
+                sequence_parallel=True)
+    none = _best("70b", 64, tp=8, pp=4, dp=2, recompute="none", micro_batch=1, vpp=1, zero_stage=1,
+                 sequence_parallel=True)
+    assert sel.row["memory_gib"] == pytest.approx(none.row["memory_gib"]) and sel.row["step_time_s"] > none.row[
+        "step_time_s"]
+    for tip in tips:
+        assert _best("70b", 64, **{**{k: ev.row[k] for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp",
+                                                             "sequence_parallel", "recompute", "recompute_layers",
+                                                             "zero_stage")}, **_knob_of(tip.split(":")[0])}).fits
+
+
 def test_whatif_trades_dp_for_cp_by_as_much_as_it_takes():
     """8B at 131,072 tokens on 8 GPUs, DP 8: CP 2 is not enough (the advice was 'add GPUs or pipeline stages'),
     CP 4 or 8 on the same GPUs fits, and the advice says so and holds when followed."""
@@ -76,8 +99,8 @@ def test_whatif_trades_dp_for_cp_by_as_much_as_it_takes():
 def _knob_of(label: str) -> dict:
     """The pin a what-if label stands for ('full recompute', 'ZeRO-3', 'VPP 4 interleaving', ...)."""
     words = label.split()
-    if label.endswith(" recompute"):
-        return {"recompute": words[0], "recompute_layers": 0}
+    if label.endswith(" recompute"):                        # 'no recompute' is recompute none
+        return {"recompute": "none" if words[0] == "no" else words[0], "recompute_layers": 0}
     if label.startswith("full recompute of "):              # 'full recompute of 4 of 8 layers per chunk'
         return {"recompute": "full", "recompute_layers": int(words[3])}
     if label.startswith("ZeRO-"):

@@ -228,18 +228,19 @@ def test_exports_launch_what_was_priced():
 
 
 def test_what_if_offers_the_fewest_recomputed_layers_that_fit():
-    """405B TP8 PP16 DP4 without recompute needs 88 GiB of the H100's 74 (8-layer chunks). Of every partial count,
-    the advice names the fastest that fits, the fewest layers; one layer fewer does not fit, and no other count
-    gets a line."""
+    """405B TP8 PP16 on 128 GPUs (DP 1, so no DP to trade for CP) without recompute needs 115 GiB of the H100's 74
+    (8-layer chunks). Of every partial count, the advice names the fastest that fits, the fewest layers; one layer
+    fewer does not fit, and no other count gets a line. (On 512 GPUs, DP 4, trading DP 2 for CP 2 fits faster and in
+    less memory than any partial count, so none is advised there.)"""
     from planner.evaluate import evaluate
     from planner.whatif import PARTIAL, suggestions
 
-    layout = dict(tp=8, pp=16, dp=4, micro_batch=1, zero_stage=1, vpp=1, sequence_parallel=True)
-    ev = evaluate("405b", 512, recompute="none", **layout)
+    layout = dict(tp=8, pp=16, dp=1, micro_batch=1, zero_stage=0, vpp=1, sequence_parallel=True)
+    ev = evaluate("405b", 128, recompute="none", **layout)
     assert not ev.fits
     partial = [t for t in suggestions(ev, limit=100) if t.startswith(PARTIAL)]
     assert len(partial) == 1, partial
     k = int(partial[0].removeprefix(PARTIAL).split()[0])
     assert 1 < k < 8 and partial[0].startswith(f"{PARTIAL}{k} of 8 layers per chunk: ")
-    assert evaluate("405b", 512, recompute="full", recompute_layers=k, **layout).fits
-    assert not evaluate("405b", 512, recompute="full", recompute_layers=k - 1, **layout).fits
+    assert evaluate("405b", 128, recompute="full", recompute_layers=k, **layout).fits
+    assert not evaluate("405b", 128, recompute="full", recompute_layers=k - 1, **layout).fits
