@@ -63,8 +63,15 @@ def why_first(table) -> str:
     gain = b["step_time_s"] / a["step_time_s"] - 1
     deltas = sorted(((b[f"{k}_s"] - a[f"{k}_s"], k) for k in TIME_PARTS), reverse=True)
     gained = sum(d for d, _ in deltas if d > 0)
-    wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in deltas if d > 0.25 * gained][:2]
-    losses = [f"{_PART_LABELS[k]} {-d:.3g} s longer" for d, k in deltas[::-1] if d < -0.25 * gained][:1]
+    won = [(d, k) for d, k in deltas if d > 0.25 * gained][:2]
+    lost = [(d, k) for d, k in deltas[::-1] if d < -0.25 * gained][:2]
+    wins = [f"{_PART_LABELS[k]} {d:.3g} s shorter" for d, k in won]
+    losses = [f"{_PART_LABELS[k]} {-d:.3g} s longer" for d, k in lost]
+    # the parts named need not add up to the net: say what the others add, when it is a tenth of the net or more
+    net = b["step_time_s"] - a["step_time_s"]
+    rest = net - sum(d for d, _ in won + lost)
+    if abs(rest) >= 0.1 * abs(net) and abs(rest) >= 1e-3 * a["step_time_s"]:
+        losses.append(f"other parts {abs(rest):.3g} s {'longer' if rest < 0 else 'shorter'}, {net:.3g} s net")
     knobs = knob_differences(a, b)
     if gain < 5e-5 and a["memory_gib"] >= b["memory_gib"] and a["pp"] >= b["pp"]:
         return (f"#1 and #2 are equally fast (within 0.005%) ({', '.join(knobs) if knobs else 'same knobs'}; "
@@ -75,7 +82,7 @@ def why_first(table) -> str:
         close = "equally fast" if gain < 5e-5 else f"within {100 * gain:.2f}% of each other"
         return (f"#1 and #2 are {close}; #1 {tie} "
                 f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
-    why = "; ".join(wins + [f"despite {x}" for x in losses])
+    why = "; ".join(wins + ([f"despite {', '.join(losses)}"] if losses else []))
     return (f"#1 is {100 * gain:.1f}% faster than #2: {why} "
             f"({', '.join(knobs) if knobs else 'same knobs'}; #2 is {layout_label(b)}).")
 

@@ -205,6 +205,14 @@ def test_why_first_names_knobs_as_the_table_writes_them():
     assert knob_differences(a, b) == ["SP on vs off", "recompute full vs full(40)"]
     tie = why_first(pd.DataFrame([a, dict(a, tp=8, memory_gib=60.0)]))
     assert tie.startswith("#1 and #2 are equally fast; #1 uses less memory (TP 4 vs 8;")
+    # by hand: #1 wins 24.8 s of TP; loses 13 s of compute and 8.7 s of DP; the other parts lose 1.3 s; net 1.8 s:
+    # both losses are named and the remainder too, so the named parts add up to the net
+    one = dict(a, step_time_s=100.0)
+    two = dict(a, step_time_s=101.8, tp=8, tp_comm_s=10.0 + 24.8, compute_s=10.0 - 13.0, dp_comm_s=10.0 - 8.7,
+               pp_comm_s=10.0 - 0.8, bubble_s=10.0 - 0.5)
+    line = why_first(pd.DataFrame([one, two]))
+    assert "TP communication 24.8 s shorter; despite compute 13 s longer, exposed DP communication 8.7 s longer, " \
+           "other parts 1.3 s longer, 1.8 s net" in line, line
 
 
 def test_a_layout_inside_the_headroom_is_called_tight():
