@@ -207,8 +207,8 @@ def plan(
         _emit(report.to_csv(result, top), output)
     if len(result.table) == 0:
         if fmt is not Format.table:
-            print(f"nothing fits; closest layouts are listed (min GPUs that fit: {min_gpus_text(result)})",
-                  file=sys.stderr)
+            print(f"nothing fits; closest layouts are listed{' under closest' * (fmt is Format.json)} (min GPUs that "
+                  f"fit: {min_gpus_text(result)})", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 

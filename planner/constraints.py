@@ -213,6 +213,12 @@ def invalid_layout_error(result) -> PlannerError:
                          f"layers, so VPP must divide all three")
         else:
             hints.append(f"with PP {pinned['pp']} a stage has {slots} layer slots, so VPP must divide {slots}")
+    elif reason.startswith("recompute layers exceed"):
+        p, v = pinned.get("pp", 1), pinned.get("vpp", 1)
+        chunk = int(chunk_layers(result.model.layers, p, v))
+        where = (f"with PP {p}{f' x VPP {v}' if v > 1 else ''} a chunk has {chunk} layers" if "pp" in pinned
+                 else f"a chunk has at most {chunk} layers (PP 1)")
+        hints.append(f"{where}, so --recompute-layers is at most {chunk}")
     if n > 3 and not pinned and all(n % k for k in range(2, int(n**0.5) + 1)):
         hints.append(f"{n} is prime, so TP, PP or DP must be {n} on its own: pick a GPU count with small factors "
                      f"(e.g. {1 << (n.bit_length() - 1)})")

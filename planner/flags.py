@@ -112,6 +112,11 @@ def check_export_path(export: str, output) -> None:
         raise PlannerError("--output", f"{output!r}: --export {export} writes {what}; expected {expected}")
 
 
+# plan's flags that a sweep leaves out on purpose, and why
+SWEEP_OMITS = {"--dp": "DP follows each GPU count", "--top": "a sweep shows the best layout of each count",
+               "--sort": "a sweep is ordered by GPU count", "--export": "export one count's best with plan"}
+
+
 def usage_error_line(exc) -> str:
     """A typer/click usage error (unknown option, missing value, bad choice) as 'FLAG: message', one line."""
     message = " ".join(str(getattr(exc, "message", None) or exc).split()).removeprefix("Value error, ").rstrip(".")
@@ -119,6 +124,8 @@ def usage_error_line(exc) -> str:
     ctx = getattr(exc, "ctx", None)                               # the (sub)command whose options were read
     see = f"see plan {ctx.info_name} --help" if ctx is not None and ctx.parent is not None else "see plan --help"
     if name and hasattr(exc, "possibilities"):                    # NoSuchOption
+        if ctx is not None and ctx.info_name == "sweep" and name in SWEEP_OMITS:
+            return f"{name}: plan sweep does not take it: {SWEEP_OMITS[name]} ({see})"
         close = difflib.get_close_matches(name, list(exc.possibilities or []), n=3, cutoff=0.7)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         return f"{name}: no such option{hint} ({see})"

@@ -122,7 +122,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM_FRACTION * hw.hbm_bytes / GIB
     if not (is_real(headroom_gib) and 0 <= headroom_gib < hw.hbm_bytes / GIB):
-        raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < HBM capacity")
+        raise PlannerError("--headroom-gib", f"got {headroom_gib!r}, expected 0 <= headroom < {hw.name}'s HBM, "
+                                             f"{hw.hbm_bytes / GIB:.1f} GiB")
     headroom_gib = float(headroom_gib)
     capacity = hw.hbm_bytes - headroom_gib * GIB
     implied_cp = pins.cp is None and None not in (pins.tp, pins.pp, pins.dp)

@@ -73,6 +73,7 @@ CLI_CASES = [
     ("sort-without-comparison", M405 + ["--gpus", "512", "--sort", "cost"], ["--sort", "--hardware a,b"]),
     ("top-zero", M405 + ["--gpus", "512", "--top", "0"], ["--top", "0"]),
     ("headroom-negative", M405 + ["--gpus", "512", "--headroom-gib", "-1"], ["--headroom-gib", "-1"]),
+    ("headroom-over-hbm", M405 + ["--gpus", "512", "--headroom-gib", "100"], ["--headroom-gib", "100", "79.7 GiB"]),
     ("format-xml", M405 + ["--gpus", "512", "--format", "xml"], ["--format", "xml"]),
     ("tokens-word", M405 + ["--gpus", "512", "--tokens", "lots"], ["--tokens", "lots"]),
     ("price-negative", M405 + ["--gpus", "512", "--tokens", "1T", "--price-per-gpu-hour", "-1"],
@@ -125,7 +126,7 @@ CLI_CASES = [
     ("tokens-under-one-step", M405 + ["--gpus", "512", "--tokens", "15"],
      ["error: --tokens:", "got 15, fewer than one step's 16,777,216 tokens", "e.g. 15T"]),
     ("sweep-option-of-plan", ["sweep", "--model", "8b", "--gpus", "8", "--dp", "2"],
-     ["error: --dp: no such option", "(see plan sweep --help)"]),             # plan takes --dp; the sweep derives it
+     ["error: --dp: plan sweep does not take it: DP follows each GPU count", "(see plan sweep --help)"]),
     ("validate-extra-argument", ["validate", "a.yaml", "b.yaml"], ["(see plan validate --help)"]),
     ("option-without-value", M405 + ["--gpus"], ["error: --gpus: requires an argument"]),
     ("switch-with-value", M405 + ["--gpus", "512", "--sequence-parallel=3"],

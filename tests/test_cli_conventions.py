@@ -53,3 +53,15 @@ def test_train_tokens_is_a_count_and_a_negative_budget_is_named_as_such(capsys):
     assert doc["configs"][0]["train_tokens"] == 15 * 10**12
     out = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--tokens", "-5T"])
     assert out.exit_code == 2 and "--tokens: got '-5T', expected a positive number" in out.output
+
+
+def test_nothing_fits_in_json_points_at_closest(capsys):
+    """70B on 16 H100s fits nowhere: JSON has no configs, the nearest layouts under `closest` with how far over the
+    limit each is, and the smallest count that fits; stderr names the key and the exit code is 1."""
+    from planner.cli import main
+    code = main(["--model", "70b", "--gpus", "16", "--format", "json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert code == 1 and doc["configs"] == [] and doc["min_gpus_that_fit"] == 24
+    assert doc["closest"] and all(c["overflow_gib"] > 0 for c in doc["closest"])
+    assert "closest layouts are listed under closest" in captured.err

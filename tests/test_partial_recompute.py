@@ -95,7 +95,10 @@ def test_cli_pins_labels_and_exports_partial_recompute(capsys):
     assert "--recompute-method block" in megatron and "--recompute-num-layers 2" in megatron
     from cli_contract import assert_mentions, bad
     assert_mentions(bad(capsys, *args, "--recompute", "none"), "--recompute-layers", "--recompute full")
-    assert_mentions(bad(capsys, *args[:-1], "99"), "--recompute-layers", "layers per pipeline chunk")
+    assert_mentions(bad(capsys, *args[:-1], "99"), "--recompute-layers", "layers per pipeline chunk",
+                    "with PP 4 a chunk has 20 layers, so --recompute-layers is at most 20")
+    assert_mentions(bad(capsys, "--model", "70b", "--gpus", "64", "--recompute-layers", "99"),
+                    "a chunk has at most 80 layers (PP 1), so --recompute-layers is at most 80")
     assert_mentions(bad(capsys, *args[:-1], "0"), "--recompute-layers", "positive integer")
 
 

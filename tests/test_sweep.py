@@ -188,7 +188,7 @@ def _options(command) -> set[str]:
     return {o for param in command.params for o in (*param.opts, *param.secondary_opts)}
 
 
-def test_sweep_takes_every_layout_and_runtime_flag_of_plan():
+def test_sweep_takes_every_layout_and_runtime_flag_of_plan(capsys):
     """A sweep prices each count as `plan` would price it: it takes all of plan's flags except those that are
     per-count (--dp) or belong to one search's output (--top, --sort, --export); --version is the program's."""
     import typer.main
@@ -196,6 +196,12 @@ def test_sweep_takes_every_layout_and_runtime_flag_of_plan():
     group = typer.main.get_command(app)
     plan_opts, sweep_opts = _options(group), _options(group.commands["sweep"])
     assert plan_opts - sweep_opts == {"--dp", "--top", "--sort", "--export", "--version"}
+    # and says why when one is given, rather than calling it a typo
+    from planner.flags import SWEEP_OMITS
+    assert set(SWEEP_OMITS) == plan_opts - sweep_opts - {"--version"}
+    from cli_contract import bad
+    assert "--dp: plan sweep does not take it: DP follows each GPU count" in bad(capsys, "sweep", "--model", "8b",
+                                                                                 "--gpus", "8,16", "--dp", "8")
 
 
 @pytest.mark.parametrize("model, base, flag", [
