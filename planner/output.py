@@ -28,11 +28,15 @@ class _Console(Console):
             raise SystemExit(EXIT_BROKEN_PIPE) from None
 
 
+TABLE_WIDTH = 240    # columns a table may take: rich would otherwise squeeze it to the terminal and cut numbers to "4…"
+
+
 def console(stderr: bool = False) -> Console:
-    """Rich console; when not a terminal (pipes, files, CI), wide enough for the layouts table."""
+    """Rich console at least TABLE_WIDTH wide, on a terminal too: a table keeps its natural width (the terminal wraps
+    a wider one's lines; every digit stays), and prose is soft-wrapped by the terminal as before."""
     out = _Console(stderr=stderr, soft_wrap=True)
-    if not out.is_terminal and out.width < 160:
-        out = _Console(stderr=stderr, soft_wrap=True, width=160)
+    if out.width < TABLE_WIDTH:
+        out = _Console(stderr=stderr, soft_wrap=True, width=TABLE_WIDTH)
     return out
 
 

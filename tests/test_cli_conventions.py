@@ -65,3 +65,18 @@ def test_nothing_fits_in_json_points_at_closest(capsys):
     assert code == 1 and doc["configs"] == [] and doc["min_gpus_that_fit"] == 24
     assert doc["closest"] and all(c["overflow_gib"] > 0 for c in doc["closest"])
     assert "closest layouts are listed under closest" in captured.err
+
+
+def test_a_narrow_terminal_keeps_every_digit_of_the_table():
+    """On an 80-column terminal rich squeezed the ranked table and cut its numbers ('4…', 'activa…'); the table
+    keeps its width now (the terminal wraps its lines) and #1's step time is printed whole."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1"}          # a terminal, as rich sees it
+    out = subprocess.run([sys.executable, "-m", "planner", "--model", "8b", "--gpus", "8", "--top", "3"],
+                         capture_output=True, text=True, env=env, check=False).stdout
+    assert "\x1b[" in out and "…" not in out
+    best = json.loads(runner.invoke(app, ["--model", "8b", "--gpus", "8", "--top", "1", "--format",
+                                          "json"]).stdout)["configs"][0]
+    assert f"{best['step_time_s']:.2f}" in out
