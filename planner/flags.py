@@ -24,11 +24,14 @@ class Format(str, Enum):
 def show_version(value: bool) -> None:
     """--version: the installed distribution's version, then exit (an eager option, before any other check)."""
     if value:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
         import typer
 
-        print(f"planner {version('planner')}")
+        try:
+            print(f"planner {version('planner')}")
+        except PackageNotFoundError:                    # run from a source tree that was never installed
+            print("planner (not installed: version unknown)")
         raise typer.Exit()
 
 

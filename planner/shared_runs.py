@@ -194,6 +194,14 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
                        ("dp_replicate", dp_replicate_of(run.get("zero_stage")))):
         if value is not None:
             layout[key] = value
+    stated = text_of(run.get("zero_stage"))
+    fsdp_words = re.search(r"fsdp|fully.shard|full_shard", stated) and not re.search(r"zero|stage", stated)
+    if layout.get("zero_stage") == 3 and int(layout.get("pp", 1)) > 1 and fsdp_words:
+        # FSDP under PP: torch's pipelining keeps the weights gathered and the gradients whole until the last
+        # micro-batch (constraints: no ZeRO-3 under PP), which is ZeRO-1's memory and traffic
+        layout["zero_stage"] = 1
+        notes["zero_stage"] = (f"{run.get('zero_stage')!r} under PP {layout['pp']}: FSDP keeps the weights gathered "
+                               "and the gradients whole until the last micro-batch (torch pipelining), ZeRO-1")
     _partial_recompute(run, layout, notes)
     # Unstated knobs that the stack of the day did not have are not searched (features and their dates:
     # selective recompute and sequence parallelism, Korthikanti et al. May 2022; Megatron's distributed

@@ -22,6 +22,12 @@ def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
     best = doc["configs"][0]["mfu"]
     share = model_flops_per_step(m, 131072, 64, True) / model_flops_per_step(m, 131072, 64, False)
     assert round(share, 2) == 0.59 and doc["conventions"]["mfu_causal_half_share"] == round(share, 4)
+    # a runtime that halves causal attention already: the factor is 1, not applied twice
+    from planner.report import result_document
+    from planner.specs.strategy import Runtime
+    halved = planner.run_search("8b", 64, seq_len=131072, global_batch=64, find_min_gpus=False,
+                                runtime=Runtime(causal_flops_halved=True))
+    assert result_document(halved, 1)["conventions"]["mfu_causal_half_share"] == 1.0
     text = runner.invoke(app, long[:-2]).stdout
     assert f"every MFU is x{share:.2f} (#1: {best * share:.1%})" in text.replace("\n", " ")
     short = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--seq-len", "512", "--global-batch", "64"]).stdout

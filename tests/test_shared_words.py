@@ -91,7 +91,8 @@ def test_recompute_words(text, code):
                                          ("none", 0), ("FSDP NO_SHARD", 0), ("DDP", 0),
                                          ("FSDP (parameters not resharded after forward)", 2)])
 def test_zero_stage_words(text, stage):
-    assert convert_run(_run(zero_stage=text))[0]["layout"]["zero_stage"] == stage
+    # without PP: FSDP under PP holds ZeRO-1's states (test_fsdp_under_pp_is_imported_as_what_it_holds)
+    assert convert_run(_run(zero_stage=text, pp=1))[0]["layout"]["zero_stage"] == stage
 
 
 def test_era_defaults_fill_what_older_stacks_could_not_do():
@@ -238,3 +239,18 @@ def test_deepspeed_bf16_zero1_all_reduces_the_gradients(framework, source, zero,
     distributed optimizer leave the field out (a reduce-scatter, the default)."""
     converted, why = convert_run(_run(framework=framework, source=source, zero_stage=zero, precision=precision))
     assert why is None and converted["runtime"].get("zero1_all_reduce") is whole
+
+
+def test_fsdp_under_pp_is_imported_as_what_it_holds():
+    """torch's pipelining keeps FSDP's weights gathered and its gradients whole until the last micro-batch, so an
+    FSDP run with PP (torchtitan's 2D/3D) holds ZeRO-1's states, not ZeRO-3's (which the planner refuses under PP):
+    it is imported as ZeRO-1 with a note, and predicted; without PP it stays ZeRO-3, and a stated ZeRO-3 is kept."""
+    converted, why = convert_run(_run(zero_stage="FSDP", framework="torchtitan", tp=8, pp=4))
+    assert why is None and converted["layout"]["zero_stage"] == 1
+    assert "torch pipelining" in converted["assumptions"]["zero_stage"]
+    from planner.runs_file import ValidationRun
+    assert predict(ValidationRun.model_validate(converted)).error is None
+    flat, _ = convert_run(_run(zero_stage="FSDP", framework="torchtitan", tp=8, pp=1))
+    assert flat["layout"]["zero_stage"] == 3
+    stated, _ = convert_run(_run(zero_stage="ZeRO-3", tp=8, pp=4))
+    assert stated["layout"]["zero_stage"] == 3

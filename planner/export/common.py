@@ -48,17 +48,19 @@ def block_note(framework: str, m) -> str | None:
     (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
     the model code's; torchtitan's models rotate every head dimension (ModelSpec.rotary_fraction); None for a
     sequential block it builds as planned."""
-    if not m.parallel_residual:
-        if framework == "torchtitan" and m.rotary_fraction != 1:
-            return (f"rotary embedding on {m.rotary_fraction:.0%} of each head's dimensions: torchtitan's models "
-                    "rotate all of them, a different model at the same cost")
-        return None
-    if framework == "deepspeed":
-        return ("parallel residual: the model code's block (GPT-NeoX: gpt_j_residual true), one forward TP "
-                "reduction per layer as planned")
-    name = "Megatron-LM" if framework == "megatron" else "torchtitan"
-    return (f"parallel residual (attention and MLP side by side): {name} builds a sequential block, a different "
-            "model with a second forward TP reduction per layer; GPT-NeoX (gpt_j_residual true) trains this one")
+    notes = []
+    if m.parallel_residual and framework == "deepspeed":
+        notes.append("parallel residual: the model code's block (GPT-NeoX: gpt_j_residual true), one forward TP "
+                     "reduction per layer as planned")
+    elif m.parallel_residual:
+        name = "Megatron-LM" if framework == "megatron" else "torchtitan"
+        notes.append(f"parallel residual (attention and MLP side by side): {name} builds a sequential block, a "
+                     "different model with a second forward TP reduction per layer; GPT-NeoX (gpt_j_residual true) "
+                     "trains this one")
+    if framework == "torchtitan" and m.rotary_fraction != 1:
+        notes.append(f"rotary embedding on {m.rotary_fraction:.0%} of each head's dimensions: torchtitan's models "
+                     "rotate all of them, a different model at the same cost")
+    return "; ".join(notes) or None
 
 
 def precision_note(framework: str, row, precision: Precision) -> str | None:

@@ -312,6 +312,8 @@ def test_partial_rotary_is_read_costs_full_and_is_exported(tmp_path):
     sequential = dataclasses.replace(m, parallel_residual=False)
     assert "rotary embedding on 25% of each head's dimensions" in export("torchtitan", ev.row, sequential,
                                                                          ev.result.job)[0]
+    both = export("torchtitan", ev.row, m, ev.result.job)[0]             # Pythia itself: both notes
+    assert "builds a sequential block" in both and "rotary embedding on 25%" in both
     for bad in (0, 1.5, True, "0.25"):
         with pytest.raises(PlannerError, match="rotary_pct"):
             load_model(write_config(tmp_path, {**PYTHIA_160M_CONFIG, "rotary_pct": bad}, f"bad{bad}"))
