@@ -201,26 +201,34 @@ def placement_lines(row, hw) -> list[str]:
     return lines
 
 
-def causal_half_share(m, job) -> float:
-    """Model FLOPs with causal attention counted at half (as FlashAttention computes it) over PaLM's full count: the
-    factor that turns any layout's MFU of this job into the halved convention's."""
+def causal_half_share(m, job, rt) -> float:
+    """Model FLOPs with causal attention counted at half (as FlashAttention computes it) over the count `rt` prices
+    MFU with: the factor that turns any layout's MFU of this job into the halved convention's (1 when the runtime
+    halves it already)."""
     from planner.cost.flops import model_flops_per_step
 
+    if rt.causal_flops_halved:
+        return 1.0
     full, half = (float(model_flops_per_step(m, job.seq_len, job.global_batch, h)) for h in (False, True))
     return half / full
 
 
+def halved_mfu(mfu, m, job, rt) -> float | None:
+    """`mfu` with causal attention counted at half, where that moves it a point or more (at long sequences attention
+    is a large share of the FLOPs); else None."""
+    halved = mfu * causal_half_share(m, job, rt)
+    return halved if mfu - halved >= 0.01 else None
+
+
 def mfu_convention(m, job, rt, best_mfu=None) -> tuple[str, str]:
     """(How MFU counts attention, and a sentence with the halved figures when halving moves `best_mfu` a point or
-    more: at long sequences attention is a large share of the FLOPs; else "")."""
+    more; else "")."""
     if rt.causal_flops_halved:
         return "MFU: model FLOPs (causal attention counted at half)", ""
-    share = causal_half_share(m, job)
-    halved = ""
-    if best_mfu is not None and best_mfu - best_mfu * share >= 0.01:
-        halved = (f" Counting causal attention at half, as FlashAttention computes it, every MFU is x{share:.2f} "
-                  f"(#1: {best_mfu * share:.1%}).")
-    return "MFU: model FLOPs (PaLM convention, causal attention not halved)", halved
+    halved = None if best_mfu is None else halved_mfu(best_mfu, m, job, rt)
+    line = "" if halved is None else (f" Counting causal attention at half, as FlashAttention computes it, every MFU "
+                                      f"is x{causal_half_share(m, job, rt):.2f} (#1: {halved:.1%}).")
+    return "MFU: model FLOPs (PaLM convention, causal attention not halved)", line
 
 
 def attention_notes(row, m, job, rt) -> list[str]:
@@ -228,11 +236,9 @@ def attention_notes(row, m, job, rt) -> list[str]:
     full while FlashAttention computes half of it (at long sequences that alone is points of MFU); a ring runs
     attention as one kernel per K/V chunk plus merges, launches counted under compute (compute.layer_kernel_count)."""
     lines = []
-    if not rt.causal_flops_halved:
-        halved = float(row["mfu"]) * causal_half_share(m, job)
-        if float(row["mfu"]) - halved >= 0.01:
-            lines.append(f"MFU counts causal attention in full (PaLM's convention); FlashAttention computes half of "
-                         f"it: counted at half, MFU is {halved:.1%}.")
+    if (halved := halved_mfu(float(row["mfu"]), m, job, rt)) is not None:
+        lines.append(f"MFU counts causal attention in full (PaLM's convention); FlashAttention computes half of "
+                     f"it: counted at half, MFU is {halved:.1%}.")
     cp = int(row.get("cp", 1))
     if cp > 1 and rt.cp_comm_overlap:
         merges = f"{cp - 1} merge{'s' if cp > 2 else ''}"

@@ -28,7 +28,7 @@ class _Console(Console):
             raise SystemExit(EXIT_BROKEN_PIPE) from None
 
 
-TABLE_WIDTH = 240    # columns a table may take: rich would otherwise squeeze it to the terminal and cut numbers to "4…"
+TABLE_WIDTH = 240    # a table may take this many columns: rich would squeeze it to the terminal, cutting "4…"
 
 
 def console(stderr: bool = False) -> Console:

@@ -93,8 +93,8 @@ def result_document(result: SearchResult, top: int) -> dict:
         "configs": [config_record(r) for _, r in table.iterrows()],
         "why_first": why_first(result.table),
         # the factor that turns every MFU of this job into causal attention counted at half
-        "conventions": {**CONVENTIONS, "mfu_causal_half_share": 1.0 if result.runtime.causal_flops_halved
-                        else round(causal_half_share(result.model, result.job), 4)},
+        "conventions": {**CONVENTIONS, "mfu_causal_half_share": round(causal_half_share(result.model, result.job,
+                                                                                        result.runtime), 4)},
     }
     if len(result.table) == 0:
         doc["closest"] = [config_record(r) for _, r in result.closest.head(top).iterrows()]

@@ -147,8 +147,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     fitting, overflowing = [], []
     for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention,
                               runtime.microbatch_groups):
-        twin = good["recompute"] == RECOMPUTE.index("selective")
-        if drop_selective and twin.any():
+        if drop_selective and (twin := good["recompute"] == RECOMPUTE.index("selective")).any():
             rejected[SELECTIVE_DOMINATED] = rejected.get(SELECTIVE_DOMINATED, 0) + int(np.count_nonzero(twin))
             good = {k: v[~twin] for k, v in good.items()}
             if not len(good["tp"]):

@@ -1,7 +1,8 @@
 """Memory per GPU (formulas.md §3): model states, activations, logits and fixed overheads.
 
 All functions take scalars or numpy arrays for the layout knobs and broadcast. Recompute: 0 none, 1 selective,
-2 full, 3 op (torchtitan's per-op policy), or their names (strategy.RECOMPUTE). ZeRO stage: 0 none, 1 optimizer states (Megatron distributed optimizer), 2 + gradients, 3 + parameters.
+2 full, 3 op (torchtitan's per-op policy), or their names (strategy.RECOMPUTE). ZeRO stage: 0 none, 1 optimizer
+states (Megatron distributed optimizer), 2 + gradients, 3 + parameters.
 """
 
 from __future__ import annotations
