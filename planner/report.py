@@ -18,8 +18,8 @@ from planner.explain import (HSDP_LEGEND, attention_notes, bubble_line, causal_h
 from planner.search import SearchResult, counts_within_unit, min_gpus_text
 from planner.whatif import suggestions
 
-CONVENTIONS = {
-    "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention not halved for causality) / (step * GPUs * "
+_CONVENTIONS = {
+    "mfu": "model FLOPs (PaLM: 6N + 12*L*q*s per token, attention {attention}) / (step * GPUs * "
            "dense 16-bit peak: bf16, fp16 where the GPU has no bf16); excludes recomputation",
     "hfu": "as MFU, plus recomputed forward FLOPs (full: every layer, full(k): k per chunk; selective: attention "
            "core; op: every 2nd matmul)",
@@ -32,6 +32,15 @@ _AFTER_KEYS = ("step_time_s",)
 _TAIL_KEYS = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "placement", "peak_stage")
 BUDGET_KEYS = ("train_tokens", "time_to_train_days", "gpu_hours", "price_usd_per_gpu_hour", "cost_usd",
                "price_provider", "pue", "energy_mwh")
+
+
+def conventions(m, job, rt) -> dict:
+    """How the figures count: the MFU text says whether causal attention is halved (the runtime's
+    causal_flops_halved), and mfu_causal_half_share is the factor that turns every MFU of the job into the halved
+    count (1 when it is halved already)."""
+    attention = "halved for causality" if rt.causal_flops_halved else "not halved for causality"
+    return {**_CONVENTIONS, "mfu": _CONVENTIONS["mfu"].format(attention=attention),
+            "mfu_causal_half_share": round(causal_half_share(m, job, rt), 4)}
 
 
 def plain(value):
@@ -92,9 +101,7 @@ def result_document(result: SearchResult, top: int) -> dict:
         "rejected": dict(result.rejected),
         "configs": [config_record(r) for _, r in table.iterrows()],
         "why_first": why_first(result.table),
-        # the factor that turns every MFU of this job into causal attention counted at half
-        "conventions": {**CONVENTIONS, "mfu_causal_half_share": round(causal_half_share(result.model, result.job,
-                                                                                        result.runtime), 4)},
+        "conventions": conventions(result.model, result.job, result.runtime),
     }
     if len(result.table) == 0:
         doc["closest"] = [config_record(r) for _, r in result.closest.head(top).iterrows()]

@@ -2,6 +2,7 @@
 and the budget's token count."""
 
 import json
+import re
 
 from typer.testing import CliRunner
 
@@ -27,7 +28,9 @@ def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
     from planner.specs.strategy import Runtime
     halved = planner.run_search("8b", 64, seq_len=131072, global_batch=64, find_min_gpus=False,
                                 runtime=Runtime(causal_flops_halved=True))
-    assert result_document(halved, 1)["conventions"]["mfu_causal_half_share"] == 1.0
+    halved_doc = result_document(halved, 1)["conventions"]
+    assert halved_doc["mfu_causal_half_share"] == 1.0 and "attention halved for causality" in halved_doc["mfu"]
+    assert "attention not halved for causality" in doc["conventions"]["mfu"]
     text = runner.invoke(app, long[:-2]).stdout
     assert f"every MFU is x{share:.2f} (#1: {best * share:.1%})" in text.replace("\n", " ")
     short = runner.invoke(app, ["--model", "8b", "--gpus", "8", "--seq-len", "512", "--global-batch", "64"]).stdout
@@ -36,7 +39,8 @@ def test_the_ranked_footer_gives_the_halved_mfu_where_it_moves_a_point():
 
 def test_version_and_an_80_column_help_that_names_every_flag_whole():
     """`plan --version` prints the installed version (before any other check); help at 80 columns wraps the
-    descriptions but spells every flag of every command in full (rich's table cut them to '--recompute-laye…')."""
+    descriptions at spaces and spells every flag of every command in full (rich's table cut them to
+    '--recompute-laye…'; click's wrapper broke them after a hyphen)."""
     import typer
     from importlib.metadata import version
     out = runner.invoke(app, ["--gpus", "x", "--version"])
@@ -45,6 +49,11 @@ def test_version_and_an_80_column_help_that_names_every_flag_whole():
     for name, command in [(None, group), *group.commands.items()]:
         text = runner.invoke(app, ([name] if name else []) + ["--help"], terminal_width=80).stdout
         assert "…" not in text and max(map(len, text.splitlines())) <= 80, name
+        # descriptions wrap at spaces: only a word longer than the 46-column description is cut (was: any word
+        # after a hyphen, '--nic-gbit-' / 'per-s')
+        for head, tail in re.findall(r"(\S*\w-)\n *(\S+)", text):
+            assert len(head + tail) > 46, (name, head + tail)
+        assert "\u2011" not in text
         for param in command.params:
             for flag in param.opts + param.secondary_opts:
                 assert flag in text, (name, flag)
