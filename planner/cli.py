@@ -14,9 +14,9 @@ from planner.errors import PlannerError, flag_name
 from planner.flags import (Format, budget_options, check_export_path, check_paths, float_flag, int_flag, int_pins,
                            network_flags, on_network, output_format, parse_count, precision_flags, reject_unused,
                            runtime_flags, show_version, usage_error_line)
-from planner.output import EXIT_BROKEN_PIPE, HelpCommand, HelpGroup, console
+from planner.output import EXIT_BROKEN_PIPE, console
 
-app = typer.Typer(cls=HelpGroup, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
+app = typer.Typer(cls=options.HelpGroup, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Plan the parallel layout of LLM training: memory, step time, MFU.")
 EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
@@ -244,7 +244,7 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
             _out().print(note)
 
 
-@app.command("sweep", cls=HelpCommand)
+@app.command("sweep", cls=options.HelpCommand)
 @handle_errors
 def sweep_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
@@ -330,7 +330,7 @@ def sweep_cmd(
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
-@app.command("models", cls=HelpCommand)
+@app.command("models", cls=options.HelpCommand)
 @handle_errors
 def models_cmd():
     """List the built-in model presets."""
@@ -339,7 +339,7 @@ def models_cmd():
     _out().print(report.models_table())
 
 
-@app.command("hardware", cls=HelpCommand)
+@app.command("hardware", cls=options.HelpCommand)
 @handle_errors
 def hardware_cmd():
     """List the built-in hardware profiles."""
@@ -348,7 +348,7 @@ def hardware_cmd():
     _out().print(report.hardware_table())
 
 
-@app.command("validate", cls=HelpCommand)
+@app.command("validate", cls=options.HelpCommand)
 @handle_errors
 def validate_cmd(
     runs_file: Optional[str] = typer.Argument(

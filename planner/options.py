@@ -1,9 +1,10 @@
 """Typer options that `plan` and `plan sweep` share, defined once: each call returns a fresh OptionInfo, since typer
-needs one per command."""
+needs one per command; and the help's layout (what each flag takes, wrapping)."""
 
 from __future__ import annotations
 
 import typer
+import typer.core
 
 
 def vpp_opt():
@@ -79,3 +80,61 @@ def pp_scatter_gather_opt():
     return typer.Option(False, "--pp-scatter-gather", help="Without SP, split each pipeline send over the TP ranks "
                         "and all-gather it on the receiver (Megatron-LM 2021-22, DeepSpeed's pipeline engine); "
                         "default: whole sends, as Megatron-Core.")
+
+
+# What each flag takes, as help shows it (the flags are read as text, to name the flag in any error, so typer would
+# print <str> for all of them). One table for every command, but `plan sweep --gpus` takes a list.
+_METAVARS = {
+    "--model": "NAME|FILE", "--gpus": "N", "--hardware": "NAME|FILE", "--nics-per-node": "N",
+    "--nic-gbit-per-s": "GBIT", "--seq-len": "TOKENS", "--global-batch": "SEQS", "--global-batch-tokens": "TOKENS",
+    "--top": "N", "--tp": "N", "--cp": "N", "--pp": "N", "--dp": "N", "--micro-batch": "SEQS", "--vpp": "N",
+    "--recompute": "MODE", "--recompute-layers": "N", "--zero": "STAGE", "--dp-replicate": "N",
+    "--headroom-gib": "GIB", "--flash-attention-gen": "1|2", "--cp-comm": "ring|allgather", "--tokens": "TOKENS",
+    "--price-per-gpu-hour": "USD", "--pue": "RATIO", "--sort": "KEY", "--output": "FILE", "--export": "FORMAT",
+    "--plot": "FILE", "--group": "TEXT",
+}
+_COMMAND_METAVARS = {("sweep", "--gpus"): "LIST", ("validate", "--hardware"): "NAME"}
+
+# U+2011 (non-breaking hyphen) is as wide as "-" and is not a break point for textwrap
+_NO_BREAK_HYPHEN = "\u2011"
+
+
+def _with_metavars(params, command):
+    for param in params:
+        flag = next((o for o in param.opts if o.startswith("--")), None)
+        if getattr(param, "metavar", None) is None and not getattr(param, "is_flag", False) and flag:
+            param.metavar = _COMMAND_METAVARS.get((command, flag), _METAVARS.get(flag))
+    return params
+
+
+_Context = typer.core.TyperCommand.context_class          # click's, or the copy recent typer vendors
+
+
+class _Formatter(_Context.formatter_class):
+    def write_dl(self, rows, col_max=30, col_spacing=2):
+        """Wrap descriptions at spaces only: click's wrapper also breaks after hyphens, which split flag names such
+        as --nic-gbit-per-s across lines."""
+        start = len(self.buffer)
+        super().write_dl([(first, second.replace("-", _NO_BREAK_HYPHEN)) for first, second in rows],
+                         col_max, col_spacing)
+        self.buffer[start:] = [text.replace(_NO_BREAK_HYPHEN, "-") for text in self.buffer[start:]]
+
+
+class _HelpContext(_Context):
+    formatter_class = _Formatter
+
+
+class HelpGroup(typer.core.TyperGroup):
+    """`plan`'s help: what each flag takes (_METAVARS), descriptions wrapped at spaces."""
+    context_class = _HelpContext
+
+    def get_params(self, ctx):
+        return _with_metavars(super().get_params(ctx), self.name)
+
+
+class HelpCommand(typer.core.TyperCommand):
+    """A subcommand's help, as HelpGroup's."""
+    context_class = _HelpContext
+
+    def get_params(self, ctx):
+        return _with_metavars(super().get_params(ctx), self.name)

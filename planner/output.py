@@ -138,31 +138,3 @@ def emit(text: str, output=None) -> None:
     write_atomic(output, text)
     print(f"wrote {output}", file=sys.stderr)
 
-
-# U+2011 (non-breaking hyphen) is as wide as "-" and is not a break point for textwrap
-_NO_BREAK_HYPHEN = "\u2011"
-
-
-def _help_classes():
-    """(group, command) classes whose help wraps descriptions at spaces only: click's wrapper also breaks after
-    hyphens, which split flag names such as --nic-gbit-per-gpu across lines."""
-    import typer.core
-
-    base = typer.core.TyperCommand.context_class
-
-    class Formatter(base.formatter_class):
-        def write_dl(self, rows, col_max=30, col_spacing=2):
-            start = len(self.buffer)
-            super().write_dl([(first, second.replace("-", _NO_BREAK_HYPHEN)) for first, second in rows],
-                             col_max, col_spacing)
-            self.buffer[start:] = [text.replace(_NO_BREAK_HYPHEN, "-") for text in self.buffer[start:]]
-
-    class Context(base):
-        formatter_class = Formatter
-
-    group = type("PlanGroup", (typer.core.TyperGroup,), {"context_class": Context})
-    command = type("PlanCommand", (typer.core.TyperCommand,), {"context_class": Context})
-    return group, command
-
-
-HelpGroup, HelpCommand = _help_classes()

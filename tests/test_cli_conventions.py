@@ -54,6 +54,8 @@ def test_version_and_an_80_column_help_that_names_every_flag_whole():
         for head, tail in re.findall(r"(\S*\w-)\n *(\S+)", text):
             assert len(head + tail) > 46, (name, head + tail)
         assert "\u2011" not in text
+        # each flag says what it takes (--gpus N, not typer's <str>: the flags are read as text)
+        assert not [line for line in text.splitlines() if line.lstrip().startswith("-") and "<str>" in line]
         for param in command.params:
             for flag in param.opts + param.secondary_opts:
                 assert flag in text, (name, flag)
