@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -213,7 +214,19 @@ class RunsFile(_Strict):
 
 def load_runs_file(path: str | Path | None = None) -> RunsFile:
     """The planner's own runs format, or the shared dataset's flat format (converted by planner.shared_runs)."""
-    p = BUNDLED_RUNS if path is None else Path(path).expanduser()
+    if path is None:
+        return _bundled_runs()
+    return _read_runs_file(Path(path).expanduser())
+
+
+@lru_cache(maxsize=1)
+def _bundled_runs() -> RunsFile:
+    """The bundled file, read once per process (validate reads it for the runs and for the fit groups' ids; a
+    RunsFile is frozen)."""
+    return _read_runs_file(BUNDLED_RUNS)
+
+
+def _read_runs_file(p: Path) -> RunsFile:
     data = read_mapping(p, "runs file")
     if is_shared_format(data):
         return _from_shared(data, p.name)
