@@ -33,6 +33,11 @@ def recompute_mode(value) -> str | None:
         raise unknown
     if re.search(r"\buniform\b", text):
         return "full"
+    # "every (transformer) block" / "each layer" / "every 2nd block": layers, in torchtitan's and PyTorch's words;
+    # Megatron's block method names a count ("block 4", "recompute_num_layers 4")
+    text = re.sub(r"\b(?:every|each)\s+((?:\d+|other|2nd|second|3rd|third)(?:th|st|nd|rd)?\s+)?"
+                  r"(?:transformer\s+|decoder\s+)?(?:block|layer)s?\b",
+                  lambda m: f"every {m.group(1) or ''}layer", text)
     if re.search(r"\bblock\b|recompute[_ -]num[_ -]layers|\bfirst\s+\d+", text):
         n = re.search(r"(?:num[_ -]layers|first|block)\D{0,24}?(\d+)|(\d+)\s*layers?", text)
         if not n or int(n.group(1) or n.group(2)) < 1:
@@ -136,7 +141,11 @@ _HARDWARE = ((r"gb200", "gb200"), (r"b200", "b200"), (r"h200", "h200-sxm"), (r"h
 A100_80GB_SINCE = 2021      # the A100 80GB was announced in November 2020: an earlier A100 without a size had 40 GB
 _NO_PROFILE = {r"tpu": "TPU (no TPU profile yet)", r"h800": "H800 (its NVLink is cut to 400 GB/s; no profile)",
                r"gh200": "GH200 (Grace Hopper superchip; no profile)",
-               r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)"}
+               r"pcie|h[12]00\s*nvl\b": "PCIe card (no NVSwitch node; no profile)",
+               # the h100-sxm profile is the 80 GB HBM3 700 W part; 94 GB is the NVL card, 96 GB HBM2e a 500 W SXM
+               # part whose peak lies between the SXM and NVL ones (torchtitan docs/performance.md)
+               r"h100\D{0,12}9[46]\s*gb?\b|h100.*hbm2e": "H100 with 94 or 96 GB (the NVL card, or an HBM2e part at "
+                                                        "a lower power): not the 80 GB SXM profile; no profile"}
 
 
 # The year a framework's runs date from when the source names none (it decides the runtime shared_runs sets).

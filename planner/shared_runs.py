@@ -93,7 +93,23 @@ _NUMBERS = ("num_gpus", "params_b", "layers", "hidden", "ffn_hidden", "heads", "
             "measured_hfu", "measured_pct_of_peak", "memory_per_gpu_gib", "peak_tflops_assumed")
 
 
-def _check_numbers(run: dict) -> None:
+def _recompute(run: dict, notes: dict) -> str | None:
+    """The recompute knob; torchtitan's plain "selective" is its per-op policy: the Llama 3 configs it ships set
+    selective_ac_option = 'op' (train_configs/llama3_8b.toml; the code's default is every 2nd layer), and it has no
+    attention-core-only mode to mean Megatron's."""
+    mode = recompute_mode(run.get("recompute"))
+    stated = text_of(run.get("recompute"))
+    if mode == "selective" and "torchtitan" in text_of(run.get("framework")) and not re.search(
+            r"attention|attn|core|megatron", stated):
+        notes["recompute"] = (f"{run.get('recompute')!r} in torchtitan: its per-op policy (op), as its shipped "
+                              "Llama 3 configs set selective_ac_option")
+        return "op"
+    return mode
+
+
+def _check_numbers(run: dict) -> dict:
+    """The run with its numeric fields checked, a number given as text ("8") read as the number."""
+    run = dict(run)
     for key in _NUMBERS:
         value = run.get(key)
         if value is None:
@@ -104,6 +120,9 @@ def _check_numbers(run: dict) -> None:
             ok = False
         if not ok:
             raise Skip(f"malformed run: {key} = {value!r}, expected a positive, finite number")
+        if isinstance(value, str):
+            run[key] = int(float(value)) if float(value).is_integer() else float(value)
+    return run
 
 
 def _int(run: dict, key: str) -> int:
@@ -189,7 +208,7 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
     sp = text_of(run.get("sequence_parallel")).strip()
     if sp in ("true", "yes", "on", "1", "enabled", "false", "no", "off", "0", "disabled", "none"):
         layout["sequence_parallel"] = sp in ("true", "yes", "on", "1", "enabled")
-    for key, value in (("recompute", recompute_mode(run.get("recompute"))),
+    for key, value in (("recompute", _recompute(run, notes)),
                        ("zero_stage", zero_stage_of(run.get("zero_stage"))),
                        ("dp_replicate", dp_replicate_of(run.get("zero_stage")))):
         if value is not None:
@@ -291,7 +310,7 @@ def _precision(run: dict, year: int | None) -> dict:
     text = text_of(run.get("precision"))
     if re.search(r"fp8|float8|e4m3|e5m2|fp4|mxfp|nvfp", text):
         raise Skip(f"precision {run.get('precision')!r}: FP8/FP4 training is not modelled yet")
-    if text and not re.search(r"bf16|bfloat16|fp16|float16|16-bit|half|amp|mixed", text):
+    if text and not re.search(r"bf16|bfloat16|fp16|float16|16-bit|half|amp|mixed|^16$", text.strip()):
         raise Skip(f"precision {run.get('precision')!r}: only 16-bit mixed precision is modelled")
     sixteen_bit_grads = "pure" in text or ("bf16" not in text and re.search(r"fp16|16-bit", text) is not None)
     out = {"grad_bytes": 2} if sixteen_bit_grads else {}
@@ -342,7 +361,8 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
         extra["peak_tflops"] = float(run.get("peak_tflops_assumed") or peak)
     if measured.get("mfu", 0) > 1 or measured.get("tflops_per_gpu", 0) > peak:
         key, value = next(iter(measured.items()))
-        raise Skip(f"measured {key} {value:g} is above the {hardware} peak ({peak:g} TFLOP/s dense 16-bit)")
+        hint = f" (mfu is a fraction: {value / 100:g} for {value:g}%)" if key == "mfu" and value <= 100 else ""
+        raise Skip(f"measured {key} {value:g} is above the {hardware} peak ({peak:g} TFLOP/s dense 16-bit){hint}")
     if run.get("memory_per_gpu_gib"):
         measured["memory_gib"] = float(run["memory_per_gpu_gib"])
     return measured, extra
@@ -351,7 +371,7 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
 def convert_run(run: dict) -> tuple[dict | None, str | None]:
     """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
     try:
-        _check_numbers(run)
+        run = _check_numbers(run)
         if run.get("moe") and text_of(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
             raise Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):

@@ -80,6 +80,8 @@ def test_flash_attention_from_2023_only_where_the_gpu_runs_it(gpu, flash):
     ("every layer", "full"), ("uniform", "full"), ("Megatron uniform, every 4 layers", "full"),
     ("selective, every layer", "selective"), ("selective recompute on every layer", "selective"), ("full, every 1 layer", "full"),
     ("full (uniform method, 2 layers per checkpoint)", "full"),             # Megatron uniform: all, grouped
+    ("every block", "full"), ("full (every transformer block checkpointed)", "full"), ("each layer", "full"),
+    ("activation checkpointing of each decoder block", "full"),            # PyTorch's words for every layer
 ])
 def test_recompute_words(text, code):
     assert convert_run(_run(recompute=text))[0]["layout"]["recompute"] == code
@@ -112,6 +114,7 @@ def test_era_defaults_fill_what_older_stacks_could_not_do():
     ("every 2nd layer", 96, 4, None, 12), ("every third layer", 96, 4, None, 8),
     ("selective layer, selective_ac_option 4", 96, 4, None, 6), ("selective layer (ac_freq=3)", 96, 4, None, 8),
     ("every 3 layers", 30, 4, None, 2),                        # (30 + 2)/4 = 8 slots: blocks 3 and 6
+    ("every 2nd block", 96, 4, None, 12), ("every other transformer block", 96, 4, None, 12),
     ("selective layer", 25, 1, None, 12),                      # torchtitan: blocks 2, 4, ..., 24
     ("recompute_num_layers 2 (block)", 96, 4, None, 2), ("full (block method, first 5 layers)", 96, 4, 2, 5),
 ])
@@ -254,3 +257,32 @@ def test_fsdp_under_pp_is_imported_as_what_it_holds():
     assert flat["layout"]["zero_stage"] == 3
     stated, _ = convert_run(_run(zero_stage="ZeRO-3", tp=8, pp=4))
     assert stated["layout"]["zero_stage"] == 3
+
+
+@pytest.mark.parametrize("gpu", ["H100 96GB HBM2e (Grand Teton, 500 W)", "H100 94GB", "H100 (HBM2e)"])
+def test_an_h100_that_is_not_the_80_gb_sxm_part_has_no_profile(gpu):
+    """torchtitan's H100s have 96 GB of HBM2e at 500 W, a peak "between SXM and NVL" (its performance.md); 94 GB
+    is the NVL card. Priced as the 80 GB SXM profile, their measured memory would not fit and their compute would
+    be too fast, so the run is skipped with the reason; the 80 GB part is still the profile."""
+    converted, why = convert_run(_run(gpu=gpu, num_gpus=128, pp=16, tp=8))
+    assert converted is None and "H100 with 94 or 96 GB" in why
+    assert convert_run(_run(gpu="H100 80GB (96 nodes)", num_gpus=128, pp=16, tp=8))[0]["hardware"] == "h100-sxm"
+
+
+def test_torchtitan_selective_is_its_per_op_policy():
+    """torchtitan has no attention-core-only mode: its shipped Llama 3 configs set selective_ac_option = 'op'.
+    Megatron's "selective" stays the attention core, and torchtitan's "selective layer" every 2nd layer."""
+    fields = dict(framework="torchtitan (FSDP2)", tp=1, pp=1, num_gpus=8, zero_stage="FSDP", global_batch=16)
+    converted = convert_run(_run(recompute="selective", **fields))[0]
+    assert converted["layout"]["recompute"] == "op" and "per-op" in converted["assumptions"]["recompute"]
+    assert convert_run(_run(recompute="selective"))[0]["layout"]["recompute"] == "selective"
+    assert convert_run(_run(recompute="selective layer", **fields))[0]["layout"]["recompute_layers"] == 48
+
+
+def test_numbers_given_as_text_and_a_bare_16_bit_precision_are_read():
+    """YAML authors quote numbers ("8") and write precision 16: both mean what they say. An MFU written as a
+    percentage is refused with the hint that it is a fraction."""
+    converted, why = convert_run(_run(tp="8", pp="16", ep="1", num_gpus="1024", precision=16))
+    assert why is None and converted["layout"]["tp"] == 8 and converted["gpus"] == 1024
+    _, why = convert_run(_run(iteration_time_s=None, measured_mfu=45))
+    assert "mfu is a fraction: 0.45 for 45%" in why
