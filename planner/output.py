@@ -137,4 +137,3 @@ def emit(text: str, output=None) -> None:
         return
     write_atomic(output, text)
     print(f"wrote {output}", file=sys.stderr)
-
