@@ -4,6 +4,7 @@ whether torch.compile was on. Pure text rules, no I/O; a field the planner canno
 raises Skip with the reason."""
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -65,6 +66,45 @@ def recompute_mode(value) -> str | None:
         if re.search(pattern, text):
             return mode
     raise unknown
+
+
+# Fields that hold a number when stated (null: not stated). Checked first, so that a malformed value is named.
+_NUMBERS = ("num_gpus", "params_b", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "tp",
+            "cp", "pp", "dp", "ep", "vpp", "model_parallel_size", "micro_batch", "global_batch", "global_batch_tokens",
+            "iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
+            "measured_hfu", "measured_pct_of_peak", "memory_per_gpu_gib", "peak_tflops_assumed")
+
+
+def recompute_of(run: dict, notes: dict) -> str | None:
+    """The recompute knob; torchtitan's plain "selective" is its per-op policy: the Llama 3 configs it ships set
+    selective_ac_option = 'op' (train_configs/llama3_8b.toml; the code's default is every 2nd layer), and it has no
+    attention-core-only mode to mean Megatron's."""
+    mode = recompute_mode(run.get("recompute"))
+    stated = text_of(run.get("recompute"))
+    if mode == "selective" and "torchtitan" in text_of(run.get("framework")) and not re.search(
+            r"attention|attn|core|megatron", stated):
+        notes["recompute"] = (f"{run.get('recompute')!r} in torchtitan: its per-op policy (op), as its shipped "
+                              "Llama 3 configs set selective_ac_option")
+        return "op"
+    return mode
+
+
+def checked_numbers(run: dict) -> dict:
+    """The run with its numeric fields checked, a number given as text ("8") read as the number."""
+    run = dict(run)
+    for key in _NUMBERS:
+        value = run.get(key)
+        if value is None:
+            continue
+        try:
+            ok = not isinstance(value, bool) and math.isfinite(float(value)) and float(value) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise Skip(f"malformed run: {key} = {value!r}, expected a positive, finite number")
+        if isinstance(value, str):
+            run[key] = int(float(value)) if float(value).is_integer() else float(value)
+    return run
 
 
 def dp_replicate_of(value) -> int | None:

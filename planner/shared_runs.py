@@ -44,11 +44,12 @@ from typing import Any
 from planner.cost.pipeline import chunk_layers, every_nth_layers
 from planner.shared_fields import (
     Skip,
+    checked_numbers,
     compiled,
     dp_replicate_of,
     flash_generation,
     hardware_of,
-    recompute_mode,
+    recompute_of,
     text_of,
     year_of,
     zero_stage_of,
@@ -84,45 +85,6 @@ def is_shared_format(data: dict) -> bool:
     runs = data.get("runs")
     maps = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
     return any("num_gpus" in r or "gpu" in r for r in maps) and not any("hardware" in r for r in maps)
-
-
-# Fields that hold a number when stated (null: not stated). Checked first, so that a malformed value is named.
-_NUMBERS = ("num_gpus", "params_b", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "tp",
-            "cp", "pp", "dp", "ep", "vpp", "model_parallel_size", "micro_batch", "global_batch", "global_batch_tokens",
-            "iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
-            "measured_hfu", "measured_pct_of_peak", "memory_per_gpu_gib", "peak_tflops_assumed")
-
-
-def _recompute(run: dict, notes: dict) -> str | None:
-    """The recompute knob; torchtitan's plain "selective" is its per-op policy: the Llama 3 configs it ships set
-    selective_ac_option = 'op' (train_configs/llama3_8b.toml; the code's default is every 2nd layer), and it has no
-    attention-core-only mode to mean Megatron's."""
-    mode = recompute_mode(run.get("recompute"))
-    stated = text_of(run.get("recompute"))
-    if mode == "selective" and "torchtitan" in text_of(run.get("framework")) and not re.search(
-            r"attention|attn|core|megatron", stated):
-        notes["recompute"] = (f"{run.get('recompute')!r} in torchtitan: its per-op policy (op), as its shipped "
-                              "Llama 3 configs set selective_ac_option")
-        return "op"
-    return mode
-
-
-def _check_numbers(run: dict) -> dict:
-    """The run with its numeric fields checked, a number given as text ("8") read as the number."""
-    run = dict(run)
-    for key in _NUMBERS:
-        value = run.get(key)
-        if value is None:
-            continue
-        try:
-            ok = not isinstance(value, bool) and math.isfinite(float(value)) and float(value) > 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise Skip(f"malformed run: {key} = {value!r}, expected a positive, finite number")
-        if isinstance(value, str):
-            run[key] = int(float(value)) if float(value).is_integer() else float(value)
-    return run
 
 
 def _int(run: dict, key: str) -> int:
@@ -208,7 +170,7 @@ def _layout(run: dict, year: int | None, notes: dict) -> dict:
     sp = text_of(run.get("sequence_parallel")).strip()
     if sp in ("true", "yes", "on", "1", "enabled", "false", "no", "off", "0", "disabled", "none"):
         layout["sequence_parallel"] = sp in ("true", "yes", "on", "1", "enabled")
-    for key, value in (("recompute", _recompute(run, notes)),
+    for key, value in (("recompute", recompute_of(run, notes)),
                        ("zero_stage", zero_stage_of(run.get("zero_stage"))),
                        ("dp_replicate", dp_replicate_of(run.get("zero_stage")))):
         if value is not None:
@@ -371,7 +333,7 @@ def _measured(run: dict, layout: dict, hardware: str, year: int | None, notes: d
 def convert_run(run: dict) -> tuple[dict | None, str | None]:
     """(run in the planner's schema, None), or (None, why it cannot be expressed)."""
     try:
-        run = _check_numbers(run)
+        run = checked_numbers(run)
         if run.get("moe") and text_of(run.get("moe")).strip() not in ("no", "none", "dense", "false", "0"):
             raise Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):
