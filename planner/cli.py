@@ -84,7 +84,7 @@ def plan(
     flash_attention: Optional[bool] = options.flash_attention_opt(),
     flash_gen: Optional[str] = options.flash_gen_opt(),
     cp_comm: str = options.cp_comm_opt(),
-    eager_elementwise: bool = options.eager_opt(),
+    eager_elementwise: bool = options.eager_opt(), eager_loss: bool = options.eager_loss_opt(),
     pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
@@ -149,7 +149,7 @@ def plan(
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins=pins, pinned=pinned,
                             eager_elementwise=eager_elementwise, pp_scatter_gather=pp_scatter_gather,
                             microbatch_groups=microbatch_groups, grad_accumulation_fusion=grad_accumulation_fusion,
-                            zero1_all_reduce=zero1_all_reduce)
+                            zero1_all_reduce=zero1_all_reduce, eager_loss=eager_loss)
     common = dict(hardware=on_network(hardware, network), seq_len=seq_len, global_batch=global_batch,
                   global_batch_tokens=batch_tokens, headroom_gib=headroom_gib,
                   allow_cross_node_tp=allow_cross_node_tp, runtime=runtime,
@@ -282,7 +282,7 @@ def sweep_cmd(
     flash_attention: Optional[bool] = options.flash_attention_opt(),
     flash_gen: Optional[str] = options.flash_gen_opt(),
     cp_comm: str = options.cp_comm_opt(),
-    eager_elementwise: bool = options.eager_opt(),
+    eager_elementwise: bool = options.eager_opt(), eager_loss: bool = options.eager_loss_opt(),
     pp_scatter_gather: bool = options.pp_scatter_gather_opt(),
     microbatch_groups: bool = options.microbatch_groups_opt(),
     grad_accumulation_fusion: bool = options.grad_accumulation_fusion_opt(),
@@ -307,7 +307,7 @@ def sweep_cmd(
     if zero is not None:
         pins["zero_stage"] = zero_code(zero)
     runtime = runtime_flags(flash_attention, flash_gen, cp_comm, tp_comm_overlap, pins=pins,
-                            eager_elementwise=eager_elementwise,
+                            eager_elementwise=eager_elementwise, eager_loss=eager_loss,
                             pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
                             grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
     budget = budget_options(tokens, price, pue)

@@ -190,7 +190,7 @@ def check_paths(output=None, plot=None) -> None:
 def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: str, tp_comm_overlap: bool, *,
                   pins: dict, pinned: bool = False, eager_elementwise: bool = False,
                   pp_scatter_gather: bool = False, microbatch_groups: bool = True,
-                  grad_accumulation_fusion: bool = True, zero1_all_reduce: bool = False):
+                  grad_accumulation_fusion: bool = True, zero1_all_reduce: bool = False, eager_loss: bool = False):
     """The runtime features the flags choose. FlashAttention and its generation stay None unless given: the engine
     then follows the hardware (Runtime.for_hardware), and rejects them on hardware without fused attention. A
     feature the pinned knobs (`pins`: tp, cp, pp, vpp, sequence_parallel, zero_stage; None or absent when searched)
@@ -226,7 +226,8 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
     return Runtime(flash_attention=flash_attention, tp_comm_overlap=tp_comm_overlap, cp_comm_overlap=cp_comm == "ring",
                    flash_attention_gen=None if gen is None else int(gen), eager_elementwise=eager_elementwise,
                    pp_scatter_gather=pp_scatter_gather, microbatch_groups=microbatch_groups,
-                   grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce)
+                   grad_accumulation_fusion=grad_accumulation_fusion, zero1_all_reduce=zero1_all_reduce,
+                   fused_cross_entropy=not eager_loss)
 
 
 def precision_flags(fp32_params: bool, zero: int | None = None):

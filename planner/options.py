@@ -44,6 +44,12 @@ def cp_comm_opt():
                         "attention) or allgather (Llama 3, torchtitan: exposed).")
 
 
+def eager_loss_opt():
+    return typer.Option(False, "--eager-loss", help="Price the loss as PyTorch's cross_entropy on fp32 logits "
+                        "(torchtitan): 12 bytes per logit as the backward starts; default: a fused kernel's 4 "
+                        "(Megatron).")
+
+
 def eager_opt():
     return typer.Option(False, "--eager-elementwise", help="Price norms, activations and RoPE as eager PyTorch "
                         "kernels (torchtitan without torch.compile); default: fused (Megatron/Transformer Engine, "

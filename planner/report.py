@@ -203,6 +203,7 @@ def print_search(result: SearchResult, top: int, out: Console, err: Console, def
     out.print(rejection_summary(result.considered, result.rejected, len(result.table)))
     unfused = ("" if result.runtime.flash_attention else "; attention unfused (no FlashAttention)") + (
         "; element-wise kernels eager (no torch.compile)" if result.runtime.eager_elementwise else "") + (
+        "; PyTorch's cross-entropy on fp32 logits" if not result.runtime.fused_cross_entropy else "") + (
         "; gradients accumulated by a separate add per micro-batch (no fusion)"
         if not result.runtime.grad_accumulation_fusion else "") + (
         "; fp32 parameters as the master weights" if result.precision.params_are_master else "")

@@ -65,6 +65,7 @@ class RunRuntime(_Strict):
     pp_scatter_gather: bool | None = None
     cp_comm_overlap: bool | None = None
     eager_elementwise: bool | None = None      # torchtitan without torch.compile (Runtime.eager_elementwise)
+    fused_cross_entropy: bool | None = None    # false: PyTorch's cross_entropy on fp32 logits (torchtitan)
     microbatch_groups: bool | None = None      # false: Megatron-LM before its micro-batch groups (Runtime)
     grad_accumulation_fusion: bool | None = None  # false: a separate gradient add per micro-batch (Runtime)
     zero1_all_reduce: bool | None = None       # true: ZeRO-1 all-reduces the gradients (DeepSpeed BF16_Optimizer)

@@ -265,6 +265,8 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
         rt["microbatch_groups"] = False
     if "torchtitan" in fw and not compiled(fw):
         rt["eager_elementwise"] = True          # its presets' compile = false: eager PyTorch element-wise kernels
+    if "torchtitan" in fw:
+        rt["fused_cross_entropy"] = False       # its loss: F.cross_entropy(pred.float(), labels), compiled or not
     return rt
 
 

@@ -49,7 +49,8 @@ def test_converted_runs_match_the_hand_conversion(shared, bundled):
         for knob in ("tp", "dp", "micro_batch", "recompute", "recompute_layers", "sequence_parallel"):
             if getattr(ref.layout, knob) is not None:
                 assert getattr(run.layout, knob) == getattr(ref.layout, knob), (run.id, knob)
-        for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce", "eager_elementwise"):
+        for flag in ("flash_attention", "tp_bwd_overlap", "tp_comm_overlap", "overlap_grad_reduce", "eager_elementwise",
+                     "fused_cross_entropy"):
             assert getattr(run.runtime, flag) == getattr(ref.runtime, flag), (run.id, flag)
         gen = DEFAULT_FLASH_GENERATION                                  # absent: the default generation
         assert (run.runtime.flash_attention_gen or gen) == (ref.runtime.flash_attention_gen or gen), run.id

@@ -275,7 +275,9 @@ def test_torchtitan_selective_is_its_per_op_policy():
     fields = dict(framework="torchtitan (FSDP2)", tp=1, pp=1, num_gpus=8, zero_stage="FSDP", global_batch=16)
     converted = convert_run(_run(recompute="selective", **fields))[0]
     assert converted["layout"]["recompute"] == "op" and "per-op" in converted["assumptions"]["recompute"]
-    assert convert_run(_run(recompute="selective"))[0]["layout"]["recompute"] == "selective"
+    assert converted["runtime"]["fused_cross_entropy"] is False            # its loss: PyTorch's, on fp32 logits
+    megatron = convert_run(_run(recompute="selective"))[0]
+    assert megatron["layout"]["recompute"] == "selective" and "fused_cross_entropy" not in megatron["runtime"]
     assert convert_run(_run(recompute="selective layer", **fields))[0]["layout"]["recompute_layers"] == 48
 
 

@@ -100,12 +100,18 @@ def _working_bytes(full, kept):
     return np.maximum(full - kept, 0.0)
 
 
-def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2):
-    """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the fp32
-    logits for the cross-entropy (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP)."""
+def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2, fused_cross_entropy=True):
+    """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the
+    logits of the cross-entropy. Fused (Megatron's vocab-parallel kernel works in place on the fp32 logits): 4
+    bytes per logit (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP). PyTorch's cross_entropy on logits
+    cast to fp32 (torchtitan's loss: F.cross_entropy(pred.float(), labels)) peaks as the backward starts, with all
+    activations still held: log_softmax keeps its fp32 output for its backward (derivatives.yaml: it saves
+    `result`), nll_loss's backward writes a dense fp32 gradient of it and log_softmax's backward the fp32 gradient of
+    the logits, 12 bytes per logit (the forward's 16-bit logits, fp32 copy and output are 10)."""
     sb, t = tokens_and_tp(seq_len, micro_batch, tp)
     sp = checked_flag(sp, "sp")
-    return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + 4.0 * sb * m.vocab / t
+    per_logit = np.where(checked_flag(fused_cross_entropy, "fused_cross_entropy"), 4.0, 12.0)
+    return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + per_logit * sb * m.vocab / t
 
 
 def embedding_input_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp):
@@ -156,13 +162,13 @@ def stage_state_bytes(m: ModelSpec, tp, pp, dp, zero, precision: Precision = Pre
 
 def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microbatches, vpp, sp, recompute, zero,
                      precision: Precision = Precision(), flash_attention=True, overhead_bytes=0.0,
-                     zero3_gather_unit="layer", cp=1, recompute_layers=0, dp_replicate=1):
+                     zero3_gather_unit="layer", cp=1, recompute_layers=0, dp_replicate=1, fused_cross_entropy=True):
     """Peak memory per GPU on the most loaded pipeline stage, as named parts in bytes (MEMORY_PARTS).
 
     weights / gradients / optimizer: model states of that stage (ZeRO paper §3/§5).
     activations: stored activations of the in-flight micro-batches (1F1B or interleaved) plus, on the last stage,
-    the logits of one micro-batch, and on the first stage the in-flight micro-batches' token ids and embedding
-    dropout masks (embedding_input_bytes).
+    the logits of one micro-batch (logits_bytes: a fused cross-entropy's or PyTorch's), and on the first stage the
+    in-flight micro-batches' token ids and embedding dropout masks (embedding_input_bytes).
     gathered: under ZeRO-3, the peak transients of the gathered units (zero3_transient_bytes; a unit is a layer for
     FSDP's per-block wrapping, the largest weight matrix for DeepSpeed's per-module gathering, and the embedding or
     output head on the edge stages); 0 below stage 3.
@@ -189,7 +195,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     full = recompute_codes(recompute) == 2
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
-    logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes)
+    logits = logits_bytes(m, seq_len, micro_batch, t, sp, precision.activation_bytes, fused_cross_entropy)
     embedded = embedding_input_bytes(m, seq_len, micro_batch, t, sp)
     work = _working_bytes(act_none, act)          # recompute_working_bytes, from the two already computed
     layer_unit = (P.layer_params_per_gpu(m, t) if zero3_gather_unit == "layer"

@@ -134,7 +134,7 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
     return memory.memory_breakdown(
         m, job.seq_len, c["tp"], c["pp"], c["dp"], c["micro_batch"], num_microbatches(job, c["micro_batch"], c["dp"]),
         c["vpp"], c["sp"], c["recompute"], c["zero"], precision, runtime.flash_attention, hw.framework_overhead_bytes,
-        runtime.zero3_gather_unit, c["cp"], c["rc_layers"], c["dp_replicate"])
+        runtime.zero3_gather_unit, c["cp"], c["rc_layers"], c["dp_replicate"], runtime.fused_cross_entropy)
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),

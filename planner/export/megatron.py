@@ -178,6 +178,9 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
                    "or less DP traffic")
     if note := precision_note("megatron", row, precision):
         header += "\n# " + note
+    if not runtime.fused_cross_entropy:
+        header += ("\n# the plan priced PyTorch's cross-entropy on fp32 logits (--eager-loss); Megatron's fused "
+                   "vocab-parallel kernel keeps 4 bytes per logit, not 12, so expect less memory on the last stage")
     if runtime.eager_elementwise:
         header += ("\n# the plan priced eager PyTorch element-wise kernels (--eager-elementwise); Megatron runs fused "
                    "ones, so expect a faster step")

@@ -131,6 +131,9 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
         notes.append(f"# attention: the plan priced {attention}; torchtitan runs PyTorch SDPA's fused kernels "
                      "(FlashAttention-2 class), so expect a faster step"
                      + (" and less activation memory" if runtime.flash_attention is False else ""))
+    if runtime.fused_cross_entropy:
+        notes.append("# the plan priced a fused cross-entropy (4 bytes per logit); torchtitan's loss is PyTorch's "
+                     "on fp32 logits, 12 bytes per logit: plan with --eager-loss for its memory")
     if not runtime.eager_elementwise:
         notes.append("# the plan priced fused element-wise kernels: turn torch.compile on (or plan with "
                      "--eager-elementwise to price torchtitan without it)")

@@ -178,6 +178,10 @@ class Runtime:
                                         # torch.compile: fp32 RMSNorm, SiLU and gate apart, complex RoPE, GQA's
                                         # repeat_kv; compute.eager_extra_bytes); False: fused kernels (Megatron/TE,
                                         # torch.compile)
+    fused_cross_entropy: bool = True    # the loss as one fused kernel on fp32 logits, 4 bytes per logit (Megatron's
+                                        # vocab-parallel cross-entropy; Korthikanti's 4sbV); False: PyTorch's
+                                        # cross_entropy on logits cast to fp32 (torchtitan), 12 bytes per logit
+                                        # (memory.logits_bytes)
     causal_flops_halved: bool = False   # MFU convention: PaLM counts the full s^2 attention (False)
     hierarchical_collectives: bool = True  # DP collectives use NVLink inside nodes and all NICs (NCCL rings/trees);
                                            # False: a topology-unaware ring whose every step crosses the network
