@@ -139,6 +139,14 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
         notes.append(order)
     if attention := priced_attention(runtime):
         notes.append(f"attention kernels come from the model code: the plan priced {attention}")
+    # Megatron-DeepSpeed's _VocabParallelCrossEntropy saves only the fp32 softmax for its in-place backward
+    # (megatron/core/tensor_parallel/cross_entropy.py): the fused loss's 4 bytes per logit, not eager PyTorch's 12
+    notes.append("the loss comes from the model code: the plan priced "
+                 + ("PyTorch's cross-entropy on fp32 logits (--eager-loss, 12 bytes per logit); Megatron-DeepSpeed's "
+                    "vocab-parallel one keeps 4, so expect less memory on the last stage" if not
+                    runtime.fused_cross_entropy else "a fused one keeping 4 bytes per logit (Megatron-DeepSpeed's "
+                    "vocab-parallel cross-entropy); a model calling PyTorch's on fp32 logits keeps 12: plan with "
+                    "--eager-loss for its memory"))
     notes.append("element-wise kernels come from the model code: the plan priced "
                  + ("eager PyTorch ones (--eager-elementwise)" if runtime.eager_elementwise
                     else "fused ones (Megatron's or torch.compile's; plan with --eager-elementwise for plain PyTorch)"))

@@ -109,7 +109,8 @@ def test_torchtitan_measured_memory_with_its_eager_loss(gpus, measured_gib, pred
 
 def test_eager_loss_flag_prices_it_and_the_exports_say_so():
     """--eager-loss is Runtime(fused_cross_entropy=False) in the JSON; the torchtitan export of a plan priced with a
-    fused loss says torchtitan's is not, and the Megatron export of an --eager-loss plan says Megatron's is."""
+    fused loss says torchtitan's is not, the Megatron export of an --eager-loss plan says Megatron's is, and the
+    DeepSpeed export names the loss it priced either way (the loss lives in the model code there)."""
     import json
 
     from typer.testing import CliRunner
@@ -121,3 +122,8 @@ def test_eager_loss_flag_prices_it_and_the_exports_say_so():
     assert "--eager-loss" in CliRunner().invoke(app, pinned + ["--export", "torchtitan"]).stdout
     megatron = CliRunner().invoke(app, pinned + ["--eager-loss", "--export", "megatron"]).stdout
     assert "fused vocab-parallel kernel keeps 4 bytes per logit" in megatron.replace("\n# ", " ")
+    deepspeed = [CliRunner().invoke(app, pinned + flag + ["--export", "deepspeed"]).output.replace("\n", " ")
+                 for flag in ([], ["--eager-loss"])]
+    assert "plan with --eager-loss for its memory" in " ".join(deepspeed[0].split())
+    assert "(--eager-loss, 12 bytes per logit)" in " ".join(deepspeed[1].split())
+    assert "--eager-loss for its memory" not in " ".join(deepspeed[1].split())
