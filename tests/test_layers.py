@@ -13,7 +13,7 @@ LAYERS = [
     {"errors", "checks", "output", "shared_fields", "specs._files"},                  # plumbing, no planner concepts
     {"specs", "specs.model", "specs.hardware_file", "specs.hardware", "specs.strategy"},                       # validated, immutable inputs
     {"cost", "cost.params", "cost.pipeline", "cost.flops", "cost.memory", "cost.compute", "cost.comm", "cost.layer",
-     "cost.step", "cost.budget"},                                                                    # pure closed-form functions
+     "cost.placement", "cost.step", "cost.budget"},                                 # pure closed-form functions
     {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs",
      "runs_file", "validate"},
     {"report", "validation_report", "export", "export.common", "export.megatron", "export.torchtitan",

@@ -25,10 +25,11 @@ import difflib
 import numpy as np
 
 from planner.checks import integral
-from planner.cost import comm, compute, flops, memory
-from planner.cost.layer import attention_times, cp_layer_times, exposed, in_sequence, layer_times, world
-from planner.cost.pipeline import (block_recompute_share, bubble_ratio, interleave_group_size, last_group_size,
-                                   layers_per_stage, model_recompute_share, stage_layers)
+from planner.cost import compute, flops, memory
+from planner.cost.layer import attention_times, cp_layer_times, layer_times
+from planner.cost.pipeline import (block_recompute_share, bubble_ratio, layers_per_stage, model_recompute_share,
+                                   stage_layers)
+from planner.cost.placement import placed_comm, pp_send_parts
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -218,9 +219,9 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     # Placement: TP innermost, then either DP (Megatron's default order) or PP: the runtime's order when the
     # framework fixes it, else the cheaper per layout.
     params_stage = np.maximum.reduce((first_params, mid_params, last_params))
-    send = _pp_send_parts(m, hw, job, c, runtime, precision)        # the same for either placement
-    results = [_placed_comm(hw, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd, stage_bwd,
-                            stage_comp + stage_tp + stage_cp, send, dp_inner) for dp_inner in (True, False)]
+    send = pp_send_parts(m, hw, job, c, runtime, precision)        # the same for either placement
+    results = [placed_comm(hw, c, runtime, precision, num_mb, params_stage, layers_max, stage_fwd, stage_bwd,
+                           stage_comp + stage_tp + stage_cp, send, dp_inner) for dp_inner in (True, False)]
     pick_dp_inner = results[0][0] + results[0][1] <= results[1][0] + results[1][1]
     if runtime.rank_order is None:      # PP next to TP only where a framework can launch it
         pick_dp_inner = pick_dp_inner | ~pp_next_launchable(cp, p, z)
@@ -266,111 +267,3 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
         dp_inner=pick_dp_inner,
     )
     return out
-
-
-def _pp_send_parts(m, hw, job, c, rt, precision):
-    """(bytes each TP rank sends across a stage boundary, seconds of the receiver's TP all-gather) per micro-batch.
-
-    A stage's output is s/cp·b·h per micro-batch: each TP rank sends 1/t of it with SP (its sequence shard) or
-    Megatron-LM's scatter/gather, else the whole of it (Megatron-Core schedules.get_tensor_shapes). Scatter/gather
-    without SP rebuilds the whole tensor on the receiver with an all-gather over the TP group before it can be used
-    (Narayanan §4.1; Megatron-LM p2p_communication._communicate; DeepSpeed PartitionedTensor.full()), in both
-    directions. Neither depends on the rank placement: the TP group is innermost in both orders.
-    """
-    t = c["tp"]
-    sp = np.asarray(c["sp"], dtype=bool)
-    split = np.where(sp | rt.pp_scatter_gather, t, 1)
-    stage_out_bytes = precision.activation_bytes * job.seq_len / c["cp"] * c["micro_batch"] * m.hidden
-    regather = 0.0
-    if rt.pp_scatter_gather:                    # off by default: the search's usual path skips the all-gather
-        regather = np.where(~sp & (t > 1), comm.all_gather_time_s(
-            stage_out_bytes, t, 1, hw, span=comm.span(t, 1, hw, world=world(c))), 0.0)
-    return stage_out_bytes / split, regather
-
-
-def _placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, stage_bwd, stage_mb, send,
-                 dp_inner):
-    """(PP comm, exposed DP comm) in seconds per step for one rank placement; `send` is `_pp_send_parts(...)`."""
-    t, cp, p, d, v, z = (c[k] for k in ("tp", "cp", "pp", "dp", "vpp", "zero"))
-    dp_stride = comm.placement_strides(t, p, d, dp_inner, cp)[0]
-
-    # PP: each micro-batch crosses every boundary forward (activation) and backward (gradient), v times when
-    # interleaved; where the boundary crosses nodes depends on the placement.
-    send_bytes, regather = send
-    cross = comm.pp_crosses_nodes(t, p, d, dp_inner, hw.gpus_per_node, cp)
-    p2p = comm.p2p_time_s(send_bytes, cross, hw) + regather
-    pp_comm = np.where(p > 1, 2 * p2p * (num_mb * v + p - 1), 0.0)
-
-    grad_bytes = params_stage * precision.grad_bytes
-    param_bytes = params_stage * precision.param_bytes
-    # Gradients travel in buckets: by default Megatron-Core's max(40M, 1M x DP·CP) elements when the reduction
-    # overlaps the backward, one call when it does not (DistributedDataParallel sets bucket_size None then).
-    # ZeRO-3 gathers one layer (FSDP block) or one weight matrix (DeepSpeed) per call.
-    megatron = np.where(rt.overlap_grad_reduce, np.maximum(40e6, 1e6 * d * cp) * precision.grad_bytes, np.inf)
-    bucket_bytes = megatron if rt.dp_bucket_bytes is None else rt.dp_bucket_bytes
-    buckets = np.maximum(np.ceil(grad_bytes / bucket_bytes), 1)
-    # Gradients are reduced (and ZeRO shards kept) over the DP x CP ranks, which hold the same weights (Megatron's
-    # data-parallel group with context parallelism): CP ranks sit next to each other, DP ranks dp_stride apart.
-    # Hybrid sharding (HSDP, r = dp_replicate > 1) runs the ZeRO collectives inside a shard group of the inner d/r
-    # DP ranks (x CP) and then all-reduces each rank's reduced gradient shard across the r groups, on the same
-    # stream (Megatron-Core param_and_grad_buffer: reduce-scatter in the distributed-optimizer instance, all-reduce
-    # across instances; FSDP2 HSDP: reduce-scatter over dp_shard, all-reduce over dp_replicate).
-    r = c.get("dp_replicate", 1)
-    replicas = shard_group(d, cp, r)
-    shard_d = replicas // cp                          # its DP ranks
-    group = comm.nested_span(cp, t, shard_d, dp_stride, hw, rt.hierarchical_collectives, world(c))
-    rep_stride = dp_stride * shard_d
-    rep_group = comm.span(r, rep_stride, hw, rt.hierarchical_collectives, world(c))
-    # Each collective with the share of its time that still slows overlapped compute (comm.overlap_slowdown).
-    rs, u_rs = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 1, group)
-    ag, u_ag = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, buckets, 1, group)
-    ar, u_ar = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, buckets, 2, group)  # ZeRO-0: r = 1
-    rep, u_rep = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, buckets, 2, rep_group)
-    units = np.maximum(layers, 1) * (4 if rt.zero3_gather_unit == "matrix" else 1)   # QKV, out, MLP in, MLP out
-    ag3, u_ag3 = comm.overlapped_collective(param_bytes, replicas, dp_stride, hw, units, 1, group)
-    rs3, u_rs3 = comm.overlapped_collective(grad_bytes, replicas, dp_stride, hw, units, 1, group)
-    rep3, u_rep3 = comm.overlapped_collective(grad_bytes / replicas, r, rep_stride, hw, units, 2, rep_group)
-    rs_rep, u_rs_rep = in_sequence((rs, u_rs), (rep, u_rep))        # a gradient reduction of ZeRO-1 and -2
-    # Overlap windows. Without interleaving, gradient buckets are reduced during the last micro-batch's backward and
-    # parameter buckets gathered during the first one's forward: the window is one pass, the last (first) bucket
-    # stays exposed. Interleaved (v chunks), Megatron-Core syncs a chunk's gradients in one go after the chunk's last
-    # backward and gathers a chunk's parameters as the previous chunk's first forward starts (schedules.py,
-    # grad_sync_func / param_sync_func). The chunks take turns in groups of micro-batches (p by default; N and a last
-    # group of m mod N with a micro-batch count p does not divide: pipeline.interleave_group_size), so the other
-    # chunks' gradient syncs hide behind (v − 1) times the last group's chunk passes and their parameter gathers
-    # behind (v − 1) times the first group's, while the chunk that finishes last (first) has nothing to hide behind:
-    # its 1/v share stays exposed (Calculon's interleaved window, formulas.md §6).
-    interleaved = v > 1
-    first_group, last_group = interleave_group_size(p, num_mb, v), last_group_size(p, num_mb, v)
-    edge = np.where(interleaved, v, buckets)
-    hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * np.where(interleaved, (v - 1) * last_group / v, 1.0),
-                          0.0)
-    hide_params = np.where(rt.overlap_param_gather,
-                           stage_fwd * np.where(interleaved, (v - 1) * first_group / v, 1.0), 0.0)
-    # A collective across nodes moves part of its bytes on NVLink, which slow overlapped compute like any in-node
-    # collective's, and the rest on the network: each link's bytes bring their own slowdown (no scaling past 100%).
-    gather = np.maximum(exposed(ag, hide_params, u_ag), ag / edge)
-    plain = np.maximum(exposed(ar, hide_grads, u_ar), ar / edge)      # DDP: all-reduce after the last backward
-    reduce = np.maximum(exposed(rs_rep, hide_grads, u_rs_rep), rs_rep / edge)
-    if rt.zero1_all_reduce:   # BF16_Optimizer: the whole gradients all-reduced over every DP x CP rank, then AG
-        whole = comm.nested_span(cp, t, d, dp_stride, hw, rt.hierarchical_collectives, world(c))
-        ar_all, u_all = comm.overlapped_collective(grad_bytes, d * cp, dp_stride, hw, buckets, 2, whole)
-        reduce1 = np.maximum(exposed(ar_all, hide_grads, u_all), ar_all / edge)
-    else:                     # distributed optimizer: reduce-scatter the gradients (HSDP: then across the groups)
-        reduce1 = reduce
-    zero1 = reduce1 + gather                                        # ... and all-gather the updated parameters
-    # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered after every micro-batch's backward
-    # (DeepSpeed stage 2), behind the next micro-batch's forward and backward; ZeRO-3 also gathers parameters for
-    # every forward and backward (ZeRO §7; FSDP), each prefetched behind that micro-batch's compute except the first
-    # gather and the last reduce-scatter. Under HSDP each reduce-scatter is followed by the all-reduce of the shard
-    # across the groups, every micro-batch (FSDP2's default, which torchtitan keeps: no set_requires_all_reduce).
-    reduce_each = np.maximum(exposed(rs_rep, stage_mb, u_rs_rep), rs_rep / buckets)
-    zero2 = (num_mb - 1) * reduce_each + reduce + gather
-    # one window for all three: their slowdowns weighted by their time (exact while the window holds them all)
-    zero3_comm, u3 = in_sequence((2 * ag3, u_ag3), (rs3, u_rs3), (rep3, u_rep3))
-    zero3_edge = (ag3 + rs3 + rep3) / units
-    zero3 = num_mb * np.where(rt.overlap_param_gather,
-                              np.maximum(exposed(zero3_comm, stage_mb, u3), zero3_edge), zero3_comm)
-    by_stage = np.where(z >= 3, zero3, np.where(z == 2, zero2, np.where(z == 1, zero1, plain)))
-    dp_comm = np.where(d * cp > 1, by_stage, 0.0)
-    return pp_comm, dp_comm
