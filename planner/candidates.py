@@ -129,11 +129,12 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
                 blocks.append(_block(model, job, pins, rcs, tp, cp, pp, dp))
     if not blocks:
         return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
-    return {k: np.concatenate([b[k] for b in blocks]) for k in KNOBS}
+    table = np.concatenate(blocks)              # one copy of row-major blocks, then contiguous columns
+    return {k: np.ascontiguousarray(table[:, i]) for i, k in enumerate(KNOBS)}
 
 
-def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: int, pp: int, dp: int) -> dict:
-    """The candidates of one TP x CP x PP x DP factorization, as columns by knob."""
+def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: int, pp: int, dp: int) -> np.ndarray:
+    """The candidates of one TP x CP x PP x DP factorization, a row each, a column per knob (KNOBS' order)."""
     mid = int(stage_layers(model.layers, pp)[1])
     if pins.vpp is not None:
         vpps = [pins.vpp]
@@ -159,8 +160,8 @@ def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: 
                            + [a[i] for a, i in zip(axes[:-1], pick[:-1])] + [shards[:, 0], shards[:, 1]])
     grid, k = _with_recompute_layers(grid, pins, model.layers, names.index("recompute"), names.index("pp"),
                                      names.index("vpp"))
-    cols = {n: grid[:, i] for i, n in enumerate(names)}
-    return {c: (k if c == "rc_layers" else cols[c]) for c in KNOBS}
+    with_k = (*names, "rc_layers")
+    return np.column_stack([grid, k])[:, [with_k.index(c) for c in KNOBS]]
 
 
 def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> tuple[dict, np.ndarray]:
