@@ -58,6 +58,12 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     attention kernel (output and log-sum-exp), the MLP's first matmul, the gated MLP's down projection (every
     rank's full-width partial sum) and, with TP, the two reduce-scatters (params.op_recompute_matmul_params).
     """
+    return activation_bytes_with_none(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)[0]
+
+
+def activation_bytes_with_none(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,
+                               act_bytes=2):
+    """(activation_bytes_per_layer under `recompute`, the same without recompute), from one set of shared terms."""
     # Floats from the start: int32 token counts overflow in sb·h products (numpy keeps int32 x int as int32).
     s = checked_array(seq_len, "seq_len").astype(float)
     b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
@@ -65,6 +71,7 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     sp, rc = checked_flag(sp, "sp"), recompute_codes(recompute)
     e, sb, h = act_bytes, s * b, m.hidden
     drop = 1.0 if m.dropout else 0.0
+    kv_rank = P.kv_dim_per_rank(m, t)
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
     # A parallel residual's second norm reads the layer input, already kept for the first: three tensors, not four.
     replicated = sb * h * ((3 if m.parallel_residual else 4) * e + 2 * drop)
@@ -73,25 +80,29 @@ def activation_bytes_per_layer(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     # K and V (whole heads per rank when t > g). Unfused attention widens them to every query head before the score
     # matmuls (Megatron-Core DotProductAttention, TE's unfused path: repeat_interleave) and autograd keeps the wide
     # copies; selective recompute checkpoints them before the widening, and fused kernels take GQA as it is.
-    wide = ~np.asarray(flash_attention, dtype=bool) & (rc != 1)
-    kv = 2 * e * sb * np.where(wide, np.maximum(m.q_dim / t, P.kv_dim_per_rank(m, t)), P.kv_dim_per_rank(m, t))
+    unfused = ~np.asarray(flash_attention, dtype=bool)
+    kv_wide, kv_narrow = 2 * e * sb * np.maximum(m.q_dim / t, kv_rank), 2 * e * sb * kv_rank
     # Softmax output (+ dropout mask and output) of the materialised a×s×s scores, or FlashAttention's statistics.
-    scores = np.where(flash_attention, 4.0 * m.heads * sb, m.heads * s * sb * (e + drop * (1 + e)))
-    scores = np.where((rc == 1) & ~np.asarray(flash_attention, dtype=bool), 0.0, scores)
+    scores_all = np.where(flash_attention, 4.0 * m.heads * sb, m.heads * s * sb * (e + drop * (1 + e)))
     sp_div = np.where(sp, t, 1)
-    stored = replicated / sp_div + (split + scores) / t + kv
+    none = replicated / sp_div + (split + scores_all) / t + np.where(unfused, kv_wide, kv_narrow)
+    if np.any(unfused & (rc == 1)):        # selective recompute drops the scores and keeps K, V narrow
+        kv = np.where(unfused & (rc != 1), kv_wide, kv_narrow)
+        scores = np.where((rc == 1) & unfused, 0.0, scores_all)
+        stored = replicated / sp_div + (split + scores) / t + kv
+    else:                                  # no unfused selective row: the terms are those without recompute
+        stored = none
     layer_input = e * sb * h / sp_div
-    op_saved = (layer_input + e * sb * (2 * m.q_dim + m.ffn_hidden) / t + e * sb * P.kv_dim_per_rank(m, t)
-                + scores / t + e * sb * h * (1 if m.gated_mlp else 0) + np.where(t > 1, 2 * e * sb * h / t, 0.0))
-    return np.where(rc == 2, layer_input, np.where(rc == 3, op_saved, stored))
+    op_saved = (layer_input + e * sb * (2 * m.q_dim + m.ffn_hidden) / t + e * sb * kv_rank
+                + scores_all / t + e * sb * h * (1 if m.gated_mlp else 0) + np.where(t > 1, 2 * e * sb * h / t, 0.0))
+    return np.where(rc == 2, layer_input, np.where(rc == 3, op_saved, stored)), np.asarray(none, dtype=float)
 
 
 def recompute_working_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, recompute, flash_attention=True,
                             act_bytes=2):
     """Transient memory while one layer is recomputed: what recompute saved for that one layer (0 without; never
     negative: under TP the per-op policy can keep more than no recompute)."""
-    full = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, 0, flash_attention, act_bytes)
-    kept = activation_bytes_per_layer(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)
+    kept, full = activation_bytes_with_none(m, seq_len, micro_batch, tp, sp, recompute, flash_attention, act_bytes)
     return _working_bytes(full, kept)
 
 
@@ -188,10 +199,8 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     recompute_layers = checked_array(recompute_layers, "recompute_layers", 0, whole=True)
     zero, sp = checked_array(zero, "zero", 0, 3, whole=True), checked_flag(sp, "sp")
     seq_len = np.asarray(seq_len) / c                           # tokens per rank
-    act = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
-                                     precision.activation_bytes)
-    act_none = activation_bytes_per_layer(m, seq_len, micro_batch, t, sp, 0, flash_attention,
-                                          precision.activation_bytes)
+    act, act_none = activation_bytes_with_none(m, seq_len, micro_batch, t, sp, recompute, flash_attention,
+                                               precision.activation_bytes)
     full = recompute_codes(recompute) == 2
     stage_idx = (np.zeros_like(p), np.where(p > 2, 1, 0), p - 1)
     layers = layers_per_stage(m.layers, p)
