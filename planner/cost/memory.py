@@ -12,7 +12,7 @@ import numpy as np
 from planner.checks import checked_array, checked_flag, tokens_and_tp
 from planner.cost import params as P
 from planner.cost.pipeline import (block_recompute_share, first_chunk_in_flight, in_flight_layers,
-                                   layers_per_stage, stage_layers)
+                                   interleave_group_size, layers_per_stage, stage_layers)
 from planner.specs.model import ModelSpec
 from planner.specs.strategy import MASTER_BYTES, Precision, recompute_codes, shard_group
 
@@ -214,16 +214,18 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
 
     best_parts, best_total, best_stage = None, None, None
     shards = shard_group(d, c, dp_replicate)
+    group = interleave_group_size(p, num_microbatches, vpp)          # the same for every stage
     for states, layers_r, r in zip(stage_state_bytes(m, t, p, shards, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.
         f = np.where(full, block_recompute_share(layers_r, recompute_layers, vpp), 1.0)
         parts = {
             **states,
-            "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp) * (f * act + (1 - f) * act_none)
+            "activations": in_flight_layers(layers_r, r, p, num_microbatches, vpp, group)
+            * (f * act + (1 - f) * act_none)
             + np.where(r == p - 1, logits, 0.0)
             # the first stage keeps its in-flight micro-batches' token ids and embedding dropout masks
-            + np.where(r == 0, first_chunk_in_flight(p, num_microbatches, vpp) * embedded, 0.0),
+            + np.where(r == 0, first_chunk_in_flight(p, num_microbatches, vpp, group) * embedded, 0.0),
             "gathered": np.where(zero3, transient, 0.0),
             "other": overhead_bytes + work,
         }

@@ -156,37 +156,40 @@ def interleave_group_size(pp, num_microbatches, vpp=2):
     return n
 
 
-def last_group_size(pp, num_microbatches, vpp=2):
-    """Micro-batches in the schedule's last group (get_schedule_table): N, or m mod N when that is not 0."""
-    n = interleave_group_size(pp, num_microbatches, vpp)
+def last_group_size(pp, num_microbatches, vpp=2, group=None):
+    """Micro-batches in the schedule's last group (get_schedule_table): N, or m mod N when that is not 0. `group`:
+    N where the caller has it (interleave_group_size of the same arguments)."""
+    n = interleave_group_size(pp, num_microbatches, vpp) if group is None else group
     rem = np.asarray(num_microbatches) % n
     return np.where(rem == 0, n, rem)
 
 
-def first_chunk_in_flight(pp, num_microbatches, vpp=1):
+def first_chunk_in_flight(pp, num_microbatches, vpp=1, group=None):
     """Micro-batches whose inputs the first model chunk of the first stage (the one with the embedding) holds at its
     peak: min(m, p) under 1F1B. Interleaved, the first stage's warm-up runs 2(p − 1) + (v − 1)·N chunk forwards
     (N = interleave_group_size) and chunk 0's first backward comes (v − 1)·N backwards later, after
     X = 2(p − 1) + 2(v − 1)·N + 1 forwards, taken from the schedule in groups of N micro-batches per chunk, chunk 0
-    first: chunk 0 ran ⌊X/(vN)⌋·N + min(X mod vN, N) of them (2p for N = p), at most m."""
+    first: chunk 0 ran ⌊X/(vN)⌋·N + min(X mod vN, N) of them (2p for N = p), at most m. `group`: N, as in
+    last_group_size."""
     pp, m, v = (np.asarray(x) for x in (pp, num_microbatches, vpp))
-    n = interleave_group_size(pp, m, v)
+    n = interleave_group_size(pp, m, v) if group is None else group
     x = 2 * (pp - 1) + 2 * (v - 1) * n + 1
     per_round = np.maximum(v * n, 1)
     chunk0 = x // per_round * n + np.minimum(x % per_round, n)
     return np.minimum(m, np.where(v > 1, chunk0, pp))
 
 
-def in_flight_layers(layers_on_stage, stage, pp, num_microbatches, vpp=1):
+def in_flight_layers(layers_on_stage, stage, pp, num_microbatches, vpp=1, group=None):
     """Layer-micro-batches whose activations stage `stage` (0-based) holds at its peak.
 
     1F1B (v = 1): min(m, p − r) micro-batches × layers (Korthikanti et al. 2022 §4, pipeline subsection: stage 0
     holds p micro-batches, i.e. L layers' worth). Interleaved (v > 1): Megatron-Core's warm-up of
     2(p − r − 1) + (v − 1)·N chunk forwards (get_pp_rank_microbatches; N = interleave_group_size, p when p divides
     m), +1 in steady state, each chunk holding layers/v; for r = 0 and N = p this is L·(1 + (p − 1)/(p·v)),
-    Korthikanti's interleaving penalty. Capped at all m·v chunks of the step.
+    Korthikanti's interleaving penalty. Capped at all m·v chunks of the step. `group`: N, as in last_group_size.
     """
     stage, pp, m, v = (np.asarray(x) for x in (stage, pp, num_microbatches, vpp))
     plain = np.minimum(m, pp - stage) * layers_on_stage
-    chunks = np.minimum(m * v, 2 * (pp - stage - 1) + (v - 1) * interleave_group_size(pp, m, v) + 1)
+    n = interleave_group_size(pp, m, v) if group is None else group
+    chunks = np.minimum(m * v, 2 * (pp - stage - 1) + (v - 1) * n + 1)
     return np.where(v > 1, chunks * layers_on_stage / v, plain)

@@ -91,7 +91,8 @@ def placed_comm(hw, c, rt, precision, num_mb, params_stage, layers, stage_fwd, s
     # behind (v − 1) times the first group's, while the chunk that finishes last (first) has nothing to hide behind:
     # its 1/v share stays exposed (Calculon's interleaved window, formulas.md §6).
     interleaved = v > 1
-    first_group, last_group = interleave_group_size(p, num_mb, v), last_group_size(p, num_mb, v)
+    first_group = interleave_group_size(p, num_mb, v)
+    last_group = last_group_size(p, num_mb, v, first_group)
     edge = np.where(interleaved, v, buckets)
     hide_grads = np.where(rt.overlap_grad_reduce, stage_bwd * np.where(interleaved, (v - 1) * last_group / v, 1.0),
                           0.0)
