@@ -10,7 +10,9 @@ with the reason. Nothing here is tuned to a run: the same rules apply to every f
 
 Rules (each one is why, briefly):
 - hardware: the GPU's name picks the profile; an A100 whose memory the source does not state is the 40 GB
-  original (the 80 GB part shipped in November 2020, after the earliest runs that omit it).
+  original (the 80 GB part shipped in November 2020, after the earliest runs that omit it). The format has no
+  network field; a run may add the bundled format's `network` ({nics_per_node, nic_gbit_per_s, name}) for a
+  cluster whose node network is not the profile's, and it is priced on it.
 - architecture: a model-family name (Llama, MPT, BLOOM, GPT-NeoX, Nemotron, OPT, Falcon, GPT) fixes the details
   the format lacks (gated MLP, tied embeddings, norm, biases, positions, dropout); otherwise the gated-MLP and
   tied-embedding choice closest to the stated `params_b` wins. Dropout in GPT-style models follows the era
@@ -369,6 +371,9 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
                      "source": str(run.get("source") or ""), "source_locator": str(run.get("source_locator") or ""),
                      "model": model, "hardware": hardware, "gpus": _int(run, "num_gpus"), "layout": layout,
                      "runtime": runtime, "precision": precision, "measured": measured, **extra, "assumptions": notes}
+        if run.get("network") is not None:    # a cluster that is not the profile's build states its own
+            converted["network"] = run["network"]
+            notes["network"] = "as the run states it (its NICs per server and their rate), not the profile's"
     except Skip as why:
         return None, str(why)
     except (ValueError, TypeError, ArithmeticError) as exc:      # a malformed field: say which value failed

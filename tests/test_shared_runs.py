@@ -200,3 +200,24 @@ def test_an_independent_transcription_of_modern_runs_predicts_like_the_bundle(bu
         assert abs(p.throughput_error - ref.throughput_error) < 0.08, (p.run.id, p.throughput_error,
                                                                         ref.throughput_error)
     assert summarize(preds)["overall"]["median"] <= 0.08
+
+
+def test_a_flat_run_may_state_its_node_network(tmp_path):
+    """A flat run can carry the bundled format's `network` (the format has no field of its own): GPT-NeoX-20B's
+    cluster, 4 HDR NICs per 8 GPUs, prices its DP traffic on half the profile's NIC bandwidth; a malformed one skips
+    the run naming the field."""
+    neox = dict(model="GPT-NeoX-20B", layers=44, hidden=6144, ffn_hidden=24576, heads=64, vocab=50432, gpu="A100 40GB",
+                num_gpus=96, tp=2, pp=4, dp=12, micro_batch=4, global_batch=1536, framework="GPT-NeoX (DeepSpeed)",
+                zero_stage="1", iteration_time_s=43.8, source="Black et al. 2022")
+    four = {"nics_per_node": 4, "nic_gbit_per_s": 200, "name": "4x ConnectX-6 HDR"}
+    path = tmp_path / "flat.yaml"
+    path.write_text(yaml.safe_dump({"runs": [_run(id="profile", **neox), _run(id="four", network=four, **neox),
+                                             _run(id="bad", network={**four, "nics_per_node": 0}, **neox)]}))
+    loaded = load_runs_file(path)
+    runs = {r.id: r for r in loaded.runs}
+    assert runs["four"].network.nics_per_node == 4 and runs["profile"].network is None
+    assert "network" in runs["four"].assumptions
+    slow, fast = predict(runs["four"]), predict(runs["profile"])
+    assert slow.evaluation.row["dp_comm_s"] > fast.evaluation.row["dp_comm_s"]
+    assert slow.predicted_step_s > fast.predicted_step_s
+    assert "network.nics_per_node" in loaded.skipped["bad"]
