@@ -140,7 +140,8 @@ def main() -> int:
     print(f"cost functions, 405b on 512 GPUs: python loop {loop:,.0f} candidates/s, vectorised {vector:,.0f} "
           f"candidates/s ({vector / loop:,.0f}x)")
     seconds, rss = bulk_rate()
-    print(f"cost functions on 1,000,000 valid candidates (chunks of 200k): {seconds:.2f} s = "
+    from planner.search import CHUNK_ROWS
+    print(f"cost functions on 1,000,000 valid candidates (chunks of {CHUNK_ROWS // 1000}k): {seconds:.2f} s = "
           f"{1e6 / seconds:,.0f} candidates/s, peak RSS {rss:.0f} MB")
     fresh = fresh_plan_seconds()
     print(f"fresh process `plan --model 405b --gpus 512`: {fresh:.2f} s (best of 3)")
