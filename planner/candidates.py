@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import field, fields, make_dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
            else [RECOMPUTE.index(r) for r in SEARCHED_RECOMPUTE])
     if pins.recompute_layers:                  # recomputing k layers of each chunk is full recompute, partially
         rcs = [c for c in rcs if c == RECOMPUTE.index("full")]
-    blocks = []
+    degrees = []
     for tp in [pins.tp] if pins.tp is not None else _divisors(n):
         if n % tp:
             continue
@@ -124,44 +125,76 @@ def enumerate_candidates(model: ModelSpec, job: Job, pins: Pins = Pins()) -> dic
                 if (n // (tp * cp)) % pp:
                     continue
                 dp = n // (tp * cp * pp)
-                if pins.dp is not None and dp != pins.dp:
-                    continue
-                blocks.append(_block(model, job, pins, rcs, tp, cp, pp, dp))
-    if not blocks:
+                if pins.dp is None or dp == pins.dp:
+                    degrees.append((tp, cp, pp, dp))
+    if not degrees:
         return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
-    table = np.concatenate(blocks)              # one copy of row-major blocks, then contiguous columns
-    return {k: np.ascontiguousarray(table[:, i]) for i, k in enumerate(KNOBS)}
+    return _blocks(model, job, pins, rcs, np.asarray(degrees, dtype=np.int64))
 
 
-def _block(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], tp: int, cp: int, pp: int, dp: int) -> np.ndarray:
-    """The candidates of one TP x CP x PP x DP factorization, a row each, a column per knob (KNOBS' order)."""
-    mid = int(stage_layers(model.layers, pp)[1])
-    if pins.vpp is not None:
-        vpps = [pins.vpp]
-    else:
-        vpps = _divisors(mid) if pp > 1 and mid > 0 else [1]
-    mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, dp)
-    # SP only means something with TP > 1, ZeRO only with DP x CP > 1 (the ranks that hold replicas): unpinned,
-    # those are not enumerated.
-    sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (tp > 1)]
-    zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else \
-        list(ZERO_STAGES)[:1 + 3 * (dp * cp > 1)]
-    # Hybrid sharding: as pinned (a pinned degree above 1 needs a ZeRO stage: no ZeRO-0 unless pinned too); open, 1
-    # here, and the search adds the hybrid variants of the layouts that leave memory for them (hybrid_variants).
+def _blocks(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], degrees: np.ndarray) -> dict:
+    """The candidates of each TP x CP x PP x DP factorization (a row of `degrees`), block after block, as columns by
+    knob: every combination of its micro-batches, VPP degrees, SP, recompute and sharding in itertools.product's
+    order (the last varies fastest), then the same under full recompute of half of each pipeline chunk.
+
+    Layers recomputed per chunk (rc_layers): under full recompute every layer (0); when recompute is open, also
+    half of each chunk (Megatron's block method), a step between none and full (any other count is a pin away: it
+    would cost the search a candidate per count), for the VPP degrees whose chunks have more than one layer. A
+    pinned "full" means every layer, as Megatron's --recompute-granularity full does, unless the layers are pinned
+    too."""
+    tp, cp, pp, dp = degrees.T
+    full = RECOMPUTE.index("full")
+    mids = np.broadcast_to(stage_layers(model.layers, pp)[1], pp.shape).tolist()
+    halves = pins.recompute is None and pins.recompute_layers is None and full in rcs
+
+    @cache
+    def half_chunk(p: int, v: int) -> int:
+        """Half (rounded up) of a pipeline chunk's layers, or 0 where that is the whole chunk (one layer)."""
+        chunk = int(chunk_layers(model.layers, p, v))
+        return -(-chunk // 2) if -(-chunk // 2) < chunk else 0
+
+    # Each block's choices, as ragged lists laid end to end (offset, count) per knob; SP only means something with
+    # TP > 1, ZeRO only with DP x CP > 1 (the ranks that hold replicas): unpinned, those are not enumerated. VPP
+    # choices carry the layers they recompute per chunk; each block is followed by its half-chunk rows.
+    choices: dict[str, list] = {"micro_batch": [], "vpp": [], "sp": [], "recompute": [], "sharding": []}
+    for t, c, p, d, mid in zip(tp.tolist(), cp.tolist(), pp.tolist(), dp.tolist(), mids):
+        mbs = [pins.micro_batch] if pins.micro_batch is not None else _micro_batches(job.global_batch, d)
+        vpps = [pins.vpp] if pins.vpp is not None else (_divisors(mid) if p > 1 and mid > 0 else [1])
+        sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True][:1 + (t > 1)]
+        shardings = _shardings(pins, d * c > 1)
+        base = [(v, pins.recompute_layers or 0) for v in vpps]
+        half = [(v, h) for v, h in ((v, half_chunk(p, v)) for v in vpps) if h]
+        for vpp_k, rc in [(base, rcs)] + ([(half, [full])] if halves else []):
+            for key, value in zip(choices, (mbs, vpp_k, sps, rc, shardings)):
+                choices[key].append(value)
+    counts = {k: np.array([len(v) for v in lists], dtype=np.int64) for k, lists in choices.items()}
+    starts = {k: np.cumsum(c) - c for k, c in counts.items()}
+    flat = {k: np.array([x for v in lists for x in v], dtype=np.int64).reshape(sum(counts[k]), -1)
+            for k, lists in choices.items()}
+    rows = np.prod(np.stack(list(counts.values())), axis=0)
+    sub = np.repeat(np.arange(len(rows)), rows)                   # each row's (sub-)block
+    j = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)      # the row within it
+    picked = {}
+    for k in reversed(choices):                                # unravel j, the last knob fastest
+        count = counts[k][sub]
+        picked[k] = flat[k][starts[k][sub] + j % count]
+        j = j // count
+    block = sub // (2 if halves else 1)
+    rc = picked["recompute"][:, 0]
+    return {"tp": tp[block], "cp": cp[block], "pp": pp[block], "dp": dp[block],
+            "micro_batch": picked["micro_batch"][:, 0], "vpp": picked["vpp"][:, 0], "sp": picked["sp"][:, 0],
+            "recompute": rc, "rc_layers": np.where(rc == full, picked["vpp"][:, 1], 0),
+            "zero": picked["sharding"][:, 0], "dp_replicate": picked["sharding"][:, 1]}
+
+
+def _shardings(pins: Pins, replicas: bool) -> list[tuple[int, int]]:
+    """(ZeRO stage, hybrid-sharding degree) choices of a block. Hybrid sharding: as pinned (a pinned degree above 1
+    needs a ZeRO stage: no ZeRO-0 unless pinned too); open, 1 here, and the search adds the hybrid variants of the
+    layouts that leave memory for them (hybrid_variants)."""
+    zs = [zero_code(pins.zero_stage)] if pins.zero_stage is not None else list(ZERO_STAGES)[:1 + 3 * replicas]
     r = 1 if pins.dp_replicate is None else pins.dp_replicate
-    shardings = [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None] or [(z, r) for z in zs]  # the
-    # last: no ZeRO is possible (DP x CP = 1), so the rules reject the pinned degree with its reason
-    names = ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute", "zero", "dp_replicate")
-    # every combination, in itertools.product's order (the last knob varies fastest), without a Python loop
-    axes = [np.asarray(a, dtype=np.int64) for a in (mbs, vpps, sps, rcs, range(len(shardings)))]
-    pick = np.indices([len(a) for a in axes]).reshape(len(axes), -1)
-    shards = np.asarray(shardings, dtype=np.int64).reshape(-1, 2)[pick[-1]]
-    grid = np.column_stack([np.full(pick.shape[1], x, dtype=np.int64) for x in (tp, cp, pp, dp)]
-                           + [a[i] for a, i in zip(axes[:-1], pick[:-1])] + [shards[:, 0], shards[:, 1]])
-    grid, k = _with_recompute_layers(grid, pins, model.layers, names.index("recompute"), names.index("pp"),
-                                     names.index("vpp"))
-    with_k = (*names, "rc_layers")
-    return np.column_stack([grid, k])[:, [with_k.index(c) for c in KNOBS]]
+    # the last: no ZeRO is possible (DP x CP = 1), so the rules reject the pinned degree with its reason
+    return [(z, r) for z in zs if z or r == 1 or pins.zero_stage is not None] or [(z, r) for z in zs]
 
 
 def hybrid_variants(cols: dict, parts: dict, capacity_bytes: float) -> tuple[dict, np.ndarray]:
@@ -209,20 +242,3 @@ def fastest_gain(step_s, fits, base_step_s, rows):
     best = np.zeros(len(rows), dtype=bool)
     best[order[first]] = True
     return best & fits & (step_s < base_step_s[rows])
-
-
-def _with_recompute_layers(grid, pins: Pins, layers: int, rc_col: int, pp_col: int, vpp_col: int):
-    """The rows and the layers each recomputes per pipeline chunk under full recompute: every layer (0); when
-    recompute is open, also half of each chunk (Megatron's block method), a step between none and full (any other
-    count is a pin away: it would cost the search a candidate per count). A pinned "full" means every layer, as
-    Megatron's --recompute-granularity full does, unless the layers are pinned too."""
-    full = grid[:, rc_col] == RECOMPUTE.index("full")
-    if pins.recompute_layers is not None:
-        return grid, np.where(full, pins.recompute_layers, 0)
-    k = np.zeros(len(grid), dtype=np.int64)
-    if pins.recompute is not None or not full.any():
-        return grid, k
-    chunk = chunk_layers(layers, grid[0, pp_col], grid[:, vpp_col])     # one PP degree per block
-    half = -(-chunk // 2)
-    partial = full & (half < chunk)
-    return np.concatenate([grid, grid[partial]]), np.concatenate([k, half[partial]])
