@@ -64,6 +64,11 @@ class SearchResult:
         return self.hardware.hbm_bytes - self.headroom_bytes
 
 
+# The rank orders by CP (none, some) and DP next to TP (False, True); string columns are built from these objects
+# with pandas' str dtype, the same for any number of rows (an empty numpy-derived column would be object)
+_PLACEMENTS = np.asarray(["tp-pp-dp", "tp-dp-pp", "tp-cp-pp-dp", "tp-cp-dp-pp"], dtype=object)
+
+
 def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
     import pandas as pd  # heavy import kept off the CLI's start-up path until needed
 
@@ -71,7 +76,7 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         "tp": cols["tp"], "cp": cols["cp"], "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"],
         "num_microbatches": res["num_microbatches"].astype(np.int64), "global_batch": job.global_batch,
         "vpp": cols["vpp"], "sequence_parallel": cols["sp"].astype(bool),
-        "recompute": np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]],
+        "recompute": pd.Series(np.asarray(RECOMPUTE, dtype=object)[cols["recompute"]], dtype="str"),
         "recompute_layers": cols["rc_layers"], "zero_stage": cols["zero"], "dp_replicate": cols["dp_replicate"],
         "fits": res["memory_bytes"] <= capacity_bytes,
         "memory_gib": res["memory_bytes"] / GIB,
@@ -80,7 +85,8 @@ def _rows_to_frame(cols: dict, res: dict, job: Job, capacity_bytes: float):
         **{f"{k}_s": res[f"{k}_s"] for k in TIME_PARTS},
         "tokens_per_s": res["tokens_per_s"], "tflops_per_gpu": res["tflops_per_gpu"],
         "mfu": res["mfu"], "hfu": res["hfu"],
-        "placement": np.where(cols["cp"] > 1, "tp-cp-", "tp-") + np.where(res["dp_inner"], "dp-pp", "pp-dp"),
+        "placement": pd.Series(_PLACEMENTS[2 * (np.asarray(cols["cp"]) > 1) + np.asarray(res["dp_inner"], dtype=int)],
+                               dtype="str"),
         "peak_stage": res["peak_stage"].astype(np.int64),
     })
     return df

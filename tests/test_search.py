@@ -406,3 +406,14 @@ def test_enumeration_is_each_layouts_product_then_its_half_chunk_rows(model, gpu
     got = list(zip(*(cols[k].tolist() for k in ("tp", "cp", "pp", "dp", "micro_batch", "vpp", "sp", "recompute",
                                                "rc_layers", "zero", "dp_replicate"))))
     assert got == expected
+
+
+def test_string_columns_have_one_dtype_in_every_table():
+    """recompute and placement come with pandas' str dtype whatever the search: pinned, unpinned, empty (nothing
+    fits) or the closest layouts (pinned 405B searches once gave object columns, concatenated from empty chunks)."""
+    frames = [run_search("405b", 512, pins=Pins(tp=8, pp=16), find_min_gpus=False).table,
+              run_search("8b", 8, find_min_gpus=False).table, run_search("405b", 8, find_min_gpus=False).table,
+              run_search("405b", 8, find_min_gpus=False).closest]
+    assert len(frames[2]) == 0 < len(frames[3])
+    dtypes = {str(f[c].dtype) for f in frames for c in ("recompute", "placement")}
+    assert len(dtypes) == 1, dtypes
