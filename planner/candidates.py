@@ -151,7 +151,8 @@ def _blocks(model: ModelSpec, job: Job, pins: Pins, rcs: list[int], degrees: np.
     def half_chunk(p: int, v: int) -> int:
         """Half (rounded up) of a pipeline chunk's layers, or 0 where that is the whole chunk (one layer)."""
         chunk = int(chunk_layers(model.layers, p, v))
-        return -(-chunk // 2) if -(-chunk // 2) < chunk else 0
+        half = -(-chunk // 2)
+        return half if half < chunk else 0
 
     # Each block's choices, as ragged lists laid end to end (offset, count) per knob; SP only means something with
     # TP > 1, ZeRO only with DP x CP > 1 (the ranks that hold replicas): unpinned, those are not enumerated. VPP
