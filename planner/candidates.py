@@ -38,13 +38,6 @@ def make_job(model: ModelSpec, gpus, seq_len=None, global_batch=None, global_bat
     if model.learned_positions and s > model.seq_len:       # no position embedding beyond the table
         raise PlannerError("--seq-len", f"got {s:,}, expected at most {model.seq_len:,}: {model.name} learns "
                                         f"{model.seq_len:,} positions")
-    if model.sliding_window and s > model.sliding_window:   # beyond it the window is not full attention
-        why = (f"{model.name} attends within a {model.sliding_window:,}-token sliding window, which the planner "
-               "prices only up to the window (where it is full attention)")
-        if seq_len is None:                                  # the model's own default, not a flag the user gave
-            raise PlannerError("--model: seq_len", f"the model's sequence length {s:,} is longer than its sliding "
-                                                   f"window: {why}; give --seq-len {model.sliding_window:,} or less")
-        raise PlannerError("--seq-len", f"got {s:,}, expected at most {model.sliding_window:,}: {why}")
     if global_batch is None:
         tokens = model.global_batch_tokens if global_batch_tokens is None else global_batch_tokens
         if isinstance(tokens, str):                          # '16M': the command line's suffix rule

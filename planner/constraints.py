@@ -17,11 +17,12 @@ from planner.specs.strategy import RECOMPUTE, Job
 
 
 def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp: bool = False,
-          flash_attention: bool | None = None, microbatch_groups: bool = True):
+          flash_attention: bool | None = None, microbatch_groups: bool = True, cp_ring: bool = True):
     """[(reason, ok-mask)] for columns `c` (tp, cp, pp, dp, micro_batch, vpp, sp, recompute, zero, or a result
     table's names), on the hardware as a job of job.gpus GPUs sees it (HardwareSpec.for_job). FlashAttention: as
     the runtime prices it; None follows the hardware (Runtime.for_hardware), as the search does by default.
-    `microbatch_groups`: Runtime.microbatch_groups (False: interleaving needs a multiple of PP micro-batches)."""
+    `microbatch_groups`: Runtime.microbatch_groups (False: interleaving needs a multiple of PP micro-batches).
+    `cp_ring`: Runtime.cp_comm_overlap (CP's K/V exchange as a ring; False: all-gathered)."""
     c, hw = knob_columns(c), hw.for_job(job.gpus)
     if flash_attention is None:
         flash_attention = hw.fused_attention
@@ -58,6 +59,11 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         # attention work is balanced; it runs on fused attention kernels only (docs: context_parallel.rst).
         (f"context parallelism needs the sequence ({s}) divisible by 2 x CP", (cp == 1) | (s % (2 * cp) == 0)),
         (f"context parallelism needs {fused}", (cp == 1) | bool(flash_attention)),
+        # Transformer Engine runs a sliding window under CP only with the K/V all-gather or all-to-all, not the
+        # ring (attn_forward_func_with_cp asserts it): with the all-gather each rank's queries see a window's band.
+        (f"context parallelism with a sliding window shorter than the sequence ({m.sliding_window or 0:,} < {s:,}) "
+         "needs the K/V all-gather (--cp-comm allgather), not the ring", (cp == 1) | (not m.window_binds(s))
+         | (not cp_ring)),
         # torchtitan's per-op policy saves the fused attention kernel's output (unfused attention is not modelled),
         # runs TP only with SP, and saves aten.mm outputs: a biased linear (aten.addmm) would save nothing, and it
         # does not restore the RNG state that recomputed dropout needs (preserve_rng_state=False).
@@ -100,6 +106,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
 FIT_REASON = "does not fit in memory"
 # Which flags a broken rule points at (matched on the rule's leading words, most specific first).
 RULE_FLAGS = (("TP x CP x PP x DP", ("--tp", "--cp", "--pp", "--dp")), ("TP", ("--tp",)), ("PP", ("--pp",)),
+              ("context parallelism with a sliding window", ("--cp", "--cp-comm", "--seq-len")),
               ("context parallelism", ("--cp", "--seq-len")),
               ("op-level recompute with TP", ("--recompute", "--sequence-parallel", "--tp")),
               ("op-level recompute needs a model", ("--recompute", "--model")),
@@ -131,14 +138,14 @@ def sole_failure(rule_list, n: int):
 # --- which rule to blame when nothing is valid ------------------------------------------------------------------
 
 def sole_blockers(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, allow_cross_node_tp: bool,
-                  flash_attention: bool, chunk_rows: int, microbatch_groups: bool = True):
+                  flash_attention: bool, chunk_rows: int, microbatch_groups: bool = True, cp_ring: bool = True):
     """({rule: layouts that break only it}, nearest global batch that a layout blocked only by the batch rule
     divides), for the error when nothing is valid."""
     counts: dict[str, int] = {}
     units: set[int] = set()
     for start in range(0, len(cols["tp"]), chunk_rows):
         chunk = {k: v[start:start + chunk_rows] for k, v in cols.items()}
-        rule_list = rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups)
+        rule_list = rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups, cp_ring)
         only = sole_failure(rule_list, len(chunk["tp"]))
         for i, (reason, _) in enumerate(rule_list):
             rows = only == i

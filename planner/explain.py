@@ -223,12 +223,14 @@ def halved_mfu(mfu, m, job, rt) -> float | None:
 def mfu_convention(m, job, rt, best_mfu=None) -> tuple[str, str]:
     """(How MFU counts attention, and a sentence with the halved figures when halving moves `best_mfu` a point or
     more; else "")."""
+    window = (f"attention within the {m.sliding_window:,}-token sliding window, " if m.window_binds(job.seq_len)
+              else "causal attention ")
     if rt.causal_flops_halved:
-        return "MFU: model FLOPs (causal attention counted at half)", ""
+        return f"MFU: model FLOPs ({window}counted at half)", ""
     halved = None if best_mfu is None else halved_mfu(best_mfu, m, job, rt)
     line = "" if halved is None else (f" Counting causal attention at half, as FlashAttention computes it, every MFU "
                                       f"is x{causal_half_share(m, job, rt):.2f} (#1: {halved:.1%}).")
-    return "MFU: model FLOPs (PaLM convention, causal attention not halved)", line
+    return f"MFU: model FLOPs (PaLM convention, {window}not halved)", line
 
 
 def attention_notes(row, m, job, rt) -> list[str]:

@@ -155,7 +155,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     drop_selective = pins.recompute is None and runtime.for_hardware(hw).flash_attention
     fitting, overflowing = [], []
     for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention,
-                              runtime.microbatch_groups):
+                              runtime.microbatch_groups, runtime.cp_comm_overlap):
         if drop_selective and (twin := good["recompute"] == RECOMPUTE.index("selective")).any():
             rejected[SELECTIVE_DOMINATED] = rejected.get(SELECTIVE_DOMINATED, 0) + int(np.count_nonzero(twin))
             good = {k: v[~twin] for k, v in good.items()}
@@ -193,7 +193,8 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
                           precision=precision)
     if len(table) == 0 and len(over) == 0:
         result.sole_blockers, result.batch_suggestion = constraints.sole_blockers(
-            m, hw, job, cols, allow_cross_node_tp, runtime.flash_attention, CHUNK_ROWS, runtime.microbatch_groups)
+            m, hw, job, cols, allow_cross_node_tp, runtime.flash_attention, CHUNK_ROWS, runtime.microbatch_groups,
+            runtime.cp_comm_overlap)
     if len(table) == 0 and len(over) and find_min_gpus:
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)
@@ -205,12 +206,14 @@ def _result_keys():
              "peak_stage", "dp_inner"] + [f"mem_{k}_bytes" for k in MEMORY_PARTS] + [f"{k}_s" for k in TIME_PARTS])
 
 
-def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=None, microbatch_groups=True):
+def _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected=None, flash_attention=None, microbatch_groups=True,
+                  cp_ring=True):
     """The valid candidates of `cols`, CHUNK_ROWS rows at a time (arrays stay small at any GPU count); each
     rejected candidate is counted under the first rule it breaks in `rejected`, when given."""
     for start in range(0, len(cols["tp"]), CHUNK_ROWS):
         chunk = {k: v[start:start + CHUNK_ROWS] for k, v in cols.items()}
-        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups)
+        rule_list = constraints.rules(m, hw, job, chunk, allow_cross_node_tp, flash_attention, microbatch_groups,
+                                      cp_ring)
         failed, valid = constraints.first_failure(rule_list, len(chunk["tp"]))
         if rejected is not None:
             for i, (reason, _) in enumerate(rule_list):
@@ -225,7 +228,8 @@ def _fits_somewhere(m, hw, job, pins, capacity, allow_cross_node_tp, precision, 
     """Memory-only check: does any valid layout on job.gpus fit?"""
     hw = hw.for_job(job.gpus)                   # the TP-inside-a-node rule on this count's segments
     for good in _valid_chunks(m, hw, job, enumerate_candidates(m, job, pins), allow_cross_node_tp,
-                              flash_attention=runtime.flash_attention, microbatch_groups=runtime.microbatch_groups):
+                              flash_attention=runtime.flash_attention, microbatch_groups=runtime.microbatch_groups,
+                              cp_ring=runtime.cp_comm_overlap):
         parts, _ = memory_columns(m, hw, job, good, precision, runtime)
         if (sum(parts.values()) <= capacity).any():
             return True

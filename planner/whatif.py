@@ -93,7 +93,7 @@ def suggestions(ev, limit: int = 4) -> list[str]:
     cols = {k: np.array([v[k] for _, v in variants]) for k in KNOBS}
     rules = constraints.rules(res.model, res.hardware, res.job, cols, allow_cross_node_tp=True,
                               flash_attention=res.runtime.flash_attention,
-                              microbatch_groups=res.runtime.microbatch_groups)
+                              microbatch_groups=res.runtime.microbatch_groups, cp_ring=res.runtime.cp_comm_overlap)
     _, valid = constraints.first_failure(rules, len(variants))
     out = step_columns(res.model, res.hardware, res.job, cols, precision=res.precision, runtime=res.runtime)
     cap = res.capacity_bytes

@@ -346,3 +346,20 @@ def test_exports_say_where_the_framework_stores_zero3_parameters_otherwise_than_
                                                                                                       torch)[1])
     zero2 = planner.run_search("70b", 64, pins=planner.Pins(zero_stage=2, pp=1), find_min_gpus=False)
     assert "master weights" not in best_supported("torchtitan", zero2)[0]
+
+
+def test_exports_carry_the_sliding_window_the_plan_priced():
+    """Megatron-LM takes the window (--window-size left,right, TransformerConfig.window_size); torchtitan's Llama has
+    none, so its export warns where the window is shorter than the sequence; DeepSpeed leaves it to the model code."""
+    from dataclasses import replace
+    m = replace(planner.load_model("8b"), sliding_window=4096)
+    for seq, binds in ((32768, True), (4096, False)):
+        ev = planner.evaluate(m, 64, tp=1, cp=1, pp=1, seq_len=seq, global_batch=64)
+        text, _ = export("megatron", ev.row, m, ev.result.job)
+        assert "--window-size 4096,0" in text
+        toml_text, _ = export("torchtitan", ev.row, m, ev.result.job)
+        assert ("torchtitan's Llama attends to the whole 32,768-token sequence" in toml_text) is binds
+        ds_text, ds_notes = export("deepspeed", ev.row, m, ev.result.job)
+        assert ("sliding window of 4,096 tokens" in ds_text + " ".join(ds_notes)) is binds
+    ev = planner.evaluate("8b", 64, tp=1, cp=1, pp=1)
+    assert "--window-size" not in export("megatron", ev.row, ev.result.model, ev.result.job)[0]

@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "planner"
 # Lowest first. A module not listed here fails the test, so a new module must be given its place.
 LAYERS = [
     {"errors", "checks", "output", "shared_fields", "specs._files"},                  # plumbing, no planner concepts
-    {"specs", "specs.model", "specs.hardware_file", "specs.hardware", "specs.strategy"},                       # validated, immutable inputs
+    {"specs", "specs.hf_config", "specs.model", "specs.hardware_file", "specs.hardware",
+     "specs.strategy"},                                                                # validated, immutable inputs
     {"cost", "cost.params", "cost.pipeline", "cost.flops", "cost.memory", "cost.compute", "cost.comm", "cost.layer",
      "cost.placement", "cost.step", "cost.budget"},                                 # pure closed-form functions
     {"candidates", "constraints", "explain", "notebook", "search", "evaluate", "sweep", "whatif", "shared_runs",

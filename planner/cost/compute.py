@@ -67,7 +67,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
                           elem_bytes=2, backward=False, cp=1, flash_gen=2):
     """Time of softmax(QKᵀ)V for the heads on this GPU, forward (or backward). `seq_len` is the whole sequence.
 
-    FlashAttention (Dao et al. 2022) computes only the unmasked causal half, in one kernel whose HBM traffic is
+    FlashAttention (Dao et al. 2022) computes only the unmasked causal half (with a sliding window, FlashAttention
+    2.3's window_size, only the band of tiles inside it), in one kernel whose HBM traffic is
     Q, K, V and O, at the hardware's attention-kernel efficiency (FlashAttention-2 reaches 50-73% of A100 peak,
     Dao 2023); its backward does 2.5x the forward FLOPs (it recomputes QKᵀ). Unfused attention (Megatron
     2019-22) computes the full s×s scores and moves them through HBM. Forward, bytes per score element: QKᵀ
@@ -85,7 +86,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
     t, c = checked_array(tp, "tp", whole=True), checked_array(cp, "cp", whole=True)
     fa = np.asarray(flash_attention, dtype=bool)
-    flops = b * s * attention_score_flops_per_token(m, s, causal_halved=fa) / t / c   # the causal half when fused
+    # fused: the causal half, or a sliding window's band; unfused: every score, the window masked
+    flops = b * s * attention_score_flops_per_token(m, s, causal_halved=fa, windowed=fa) / t / c
     if backward:
         flops = flops * np.where(fa, 2.5, 2.0)
     qkvo = elem_bytes * b * s * (2 * m.q_dim / t / c + 2 * kv_dim_per_rank(m, t)) * (2 if backward else 1)

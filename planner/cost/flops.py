@@ -22,9 +22,28 @@ from planner.specs.model import ModelSpec
 from planner.specs.strategy import recompute_codes
 
 
-def attention_score_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):
-    """Forward FLOPs of QKᵀ and AV per token per layer: 2 matmuls × 2·s·q = 4·s·q (halved if causal tiles skip)."""
-    return 4.0 * np.asarray(seq_len) * m.q_dim * np.where(causal_halved, 0.5, 1.0)
+def attended_keys_per_query(m: ModelSpec, seq_len, causal_halved=False, windowed=True):
+    """Keys per query that attention's FLOPs count: s (PaLM's full square) or s/2 (the causal half).
+
+    With a sliding window w < s (Mistral 7B, Jiang et al. 2023 §2: each token attends to at most the w before it)
+    a query sees min(s, w) keys: counted in full, w; halved, the causal band's mean Σᵢ min(i, w)/s = w − w²/2s
+    (dropping w/2s, as the causal half drops 1/2), which is s/2 at s = w. `windowed=False` counts the whole
+    square: an unfused kernel scores every pair and masks those outside the window.
+    """
+    s = np.asarray(seq_len)
+    w = m.sliding_window
+    if w is None or not np.any(windowed) or np.all(s <= w):
+        return s * np.where(causal_halved, 0.5, 1.0)
+    s = s.astype(float)
+    band = np.minimum(float(w), s)
+    keys = np.where(causal_halved, band - band * band / (2 * s), band)
+    return np.where(windowed, keys, s * np.where(causal_halved, 0.5, 1.0))
+
+
+def attention_score_flops_per_token(m: ModelSpec, seq_len, causal_halved=False, windowed=True):
+    """Forward FLOPs of QKᵀ and AV per token per layer: 2 matmuls × 2·q per attended key, 4·s·q for full attention
+    (halved if causal tiles skip; a sliding window's band otherwise, attended_keys_per_query)."""
+    return 4.0 * attended_keys_per_query(m, seq_len, causal_halved, windowed) * m.q_dim
 
 
 def forward_flops_per_token(m: ModelSpec, seq_len, causal_halved=False):

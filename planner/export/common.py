@@ -43,12 +43,19 @@ def plan_line(row) -> str | None:
             f"({row['tokens_per_s']:,.0f} tokens/s)")
 
 
-def block_note(framework: str, m) -> str | None:
+def block_note(framework: str, m, seq_len: int) -> str | None:
     """The transformer block the plan priced where the framework builds another: a parallel residual
     (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
-    the model code's; torchtitan's models rotate every head dimension (ModelSpec.rotary_fraction); None for a
-    sequential block it builds as planned."""
+    the model code's; torchtitan's models rotate every head dimension (ModelSpec.rotary_fraction); a sliding window
+    shorter than the sequence is Megatron's --window-size, absent from torchtitan's Llama (its FlexAttention
+    sliding-window mask serves gpt-oss) and the model code's under DeepSpeed; None for a block it builds as planned."""
     notes = []
+    if m.window_binds(seq_len) and framework == "torchtitan":
+        notes.append(f"sliding window of {m.sliding_window:,} tokens: torchtitan's Llama attends to the whole "
+                     f"{seq_len:,}-token sequence, which costs more than planned")
+    elif m.window_binds(seq_len) and framework == "deepspeed":
+        notes.append(f"sliding window of {m.sliding_window:,} tokens: the model code's attention (FlashAttention's "
+                     "window_size), as planned; full attention would cost more")
     if m.parallel_residual and framework == "deepspeed":
         notes.append("parallel residual: the model code's block (GPT-NeoX: gpt_j_residual true), one forward TP "
                      "reduction per layer as planned")

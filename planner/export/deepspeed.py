@@ -133,7 +133,7 @@ def deepspeed_config(row, m: ModelSpec, job: Job, dtype: str = "bf16",
     if tp > 1 and row["sequence_parallel"]:
         notes.append("sequence parallelism: the plan shards norms and dropout over TP (Megatron-DeepSpeed "
                      "--sequence-parallel), again in the model code")
-    if block := block_note("deepspeed", m):
+    if block := block_note("deepspeed", m, job.seq_len):
         notes.append(block)
     if order := order_note("deepspeed", row):
         notes.append(order)

@@ -52,6 +52,8 @@ def _model_args(m: ModelSpec, job: Job) -> list[str]:
     args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
     if m.qk_norm:
         args.append("--qk-layernorm")        # the query and key norms (of the --normalization kind)
+    if m.sliding_window:                     # TransformerConfig.window_size: (left, right) keys, as FlashAttention's
+        args.append(f"--window-size {m.sliding_window},0")
     if m.gated_mlp and m.activation == "silu":
         args.append("--swiglu")
     elif not m.gated_mlp and m.activation == "relu2":
@@ -165,7 +167,7 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
                    "PP time (more network bytes, no all-gather)")
     if mlp:
         header += "\n" + mlp
-    if block := block_note("megatron", m):
+    if block := block_note("megatron", m, job.seq_len):
         header += "\n# " + block
     if order := order_note("megatron", row):
         header += "\n# " + order

@@ -121,7 +121,7 @@ def torchtitan_toml(row, m: ModelSpec, job: Job, dtype: str = "bf16", runtime: R
                          "micro-batches all-gathers them again, where the plan priced one gather per step")
     if note := precision_note("torchtitan", row, precision):
         notes.append("# " + note)
-    if block := block_note("torchtitan", m):
+    if block := block_note("torchtitan", m, job.seq_len):
         notes.append("# " + block)
     if tp > 1 and not row["sequence_parallel"]:
         notes.append("# torchtitan's TP always shards the sequence (SP); the plan's SP-off variant is not available")

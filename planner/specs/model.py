@@ -16,12 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from planner.checks import is_int
 from planner.errors import PlannerError, library_api
 from planner.specs._files import read_mapping, validate
+from planner.specs.hf_config import MOE_KEYS, hf_fields
 from planner.specs.strategy import MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Used when a file gives no batch: 4 Mi tokens, the low end of the 4-60M tokens practice (formulas.md §8).
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 2**20
-DEFAULT_HF_SEQ_LEN = 4096
 ACTIVATIONS = ("silu", "gelu", "relu2")
 
 
@@ -54,7 +54,7 @@ class ModelSpec:
     # same cost: Megatron's and GPT-NeoX's rope split the head, rotate one part and concatenate, moving all of it.
     rotary_fraction: float = 1.0
     description: str = ""
-    sliding_window: int | None = None   # attention window (Mistral): planned only up to it, where it is full attention
+    sliding_window: int | None = None   # every layer's attention window (Mistral); none: full causal attention
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
     # The same FLOPs and bytes for the cost model; the exports need it. "" = silu if gated, else gelu.
     activation: str = ""
@@ -91,6 +91,10 @@ class ModelSpec:
         if self.sliding_window is not None and (not is_int(self.sliding_window) or self.sliding_window < 1):
             raise PlannerError(f"model {self.name}: sliding_window",
                                f"got {self.sliding_window!r}, expected a positive integer or none")
+
+    def window_binds(self, seq_len: int) -> bool:
+        """Whether the sliding window is shorter than the sequence (else it is full causal attention)."""
+        return self.sliding_window is not None and seq_len > self.sliding_window
 
     @property
     def q_dim(self) -> int:
@@ -188,136 +192,8 @@ class ModelFile(BaseModel):
         )
 
 
-# --- HuggingFace config.json -----------------------------------------------------------------------------------------
-
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma"}
-# transformers' head_dim when a config leaves it out: Qwen3Config 128, GemmaConfig 256, the others hidden / heads.
-_HF_HEAD_DIM = {"qwen3": 128, "gemma": 256}
-_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 # In a model file any of these names an MoE model (a config.json may carry top_k as a generation default).
-_MOE_FILE_KEYS = _MOE_KEYS + ("experts", "moe_ffn_hidden", "experts_per_token", "top_k")
-_HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"        # what from_hf_config reads
-
-
-def _hf_field(cfg: dict, key: str, where: str, default=None):
-    """A positive-integer field of a config.json; `default` when absent (None: required)."""
-    value = cfg.get(key)
-    if value is None:
-        if default is None:
-            raise PlannerError(where, f"missing field {key!r} needed to build the model")
-        return default
-    if not is_int(value) or value < 1:
-        raise PlannerError(where, f"field {key!r} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _hf_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
-    """A true/false field of a config.json; `default` when absent. No coercion: "false" is not False."""
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise PlannerError(where, f"field {key!r} must be true or false, got {value!r}")
-    return value
-
-
-def _hf_float(cfg: dict, key: str, where: str, default: float) -> float:
-    """A share in (0, 1] of a config.json; `default` when absent."""
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise PlannerError(where, f"field {key!r} must be a number in (0, 1], got {value!r}")
-    return float(value)
-
-
-def _hf_unsupported(cfg: dict, where: str) -> None:
-    """What a config can say that a dense full-attention bf16 model cannot express: one line, never a silently wrong
-    dense model."""
-    if "model_type" not in cfg:
-        raise PlannerError(where, f"missing field 'model_type' (one of: {_HF_TYPES})")
-    experts = {k: cfg[k] for k in _MOE_KEYS if cfg.get(k) not in (None, 0, 1)}
-    if experts:
-        key, value = next(iter(experts.items()))
-        raise PlannerError(where, f"field {key!r} is {value!r}: mixture-of-experts models are not supported yet "
-                                  "(dense decoders only)")
-    if cfg.get("quantization_config") is not None:
-        raise PlannerError(where, "field 'quantization_config': quantized weights are not modelled (the planner "
-                                  "trains in bf16 mixed precision); remove it to plan the bf16 model")
-
-
-def _hf_activation(cfg: dict, where: str, *keys: str) -> str | None:
-    """The MLP activation a config names (hidden_act, Gemma's hidden_activation, GPT-2's activation_function) as
-    silu, gelu (any of transformers' GeLU variants) or relu2; None when absent (the gated/plain default)."""
-    value = next((cfg[k] for k in keys if cfg.get(k) is not None), None)
-    if value is None:
-        return None
-    text = str(value).lower()
-    if text in ("silu", "swish", "swiglu"):
-        return "silu"
-    if "gelu" in text:                             # gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, geglu
-        return "gelu"
-    if text in ("relu2", "squared_relu", "relu_squared"):
-        return "relu2"
-    raise PlannerError(where, f"field {keys[0]!r} is {value!r}: expected silu, a GeLU variant or squared ReLU")
-
-
-def from_hf_config(cfg: dict, name: str, where: str) -> ModelFile:
-    """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, qwen3, gemma,
-    gpt2, gpt_neox); what a dense model cannot express is refused (_hf_unsupported)."""
-    mtype = str(cfg.get("model_type", "")).lower()
-    _hf_unsupported(cfg, where)
-    # Mistral applies sliding_window whenever it is set; Qwen2/Qwen3 only with use_sliding_window true. Kept as the
-    # model's window: plans stay within it, where it equals full attention (make_job refuses a longer --seq-len).
-    active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else mtype == "mistral"
-    window = _hf_field(cfg, "sliding_window", where, 0) if active else 0
-    if mtype in _LLAMA_LIKE:
-        heads = _hf_field(cfg, "num_attention_heads", where)
-        fields = dict(
-            layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
-            ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=heads,
-            kv_heads=_hf_field(cfg, "num_key_value_heads", where, heads),
-            head_dim=_hf_field(cfg, "head_dim", where, _HF_HEAD_DIM.get(mtype, 0)) or None,
-            vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN,
-                        window or DEFAULT_HF_SEQ_LEN),
-            sliding_window=window or None,
-            # transformers' defaults when the key is absent: GemmaConfig ties the embeddings, the others do not.
-            gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype == "gemma"),
-            norm="rmsnorm",
-            # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
-            qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
-            qk_norm=mtype == "qwen3",             # Qwen3Attention's q_norm and k_norm (RMSNorm over head_dim)
-            activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype == "gemma" else
-            _hf_activation(cfg, where, "hidden_act"),
-        )
-    elif mtype == "gpt2":
-        hidden = _hf_field(cfg, "n_embd", where)
-        fields = dict(
-            layers=_hf_field(cfg, "n_layer", where), hidden=hidden,
-            ffn_hidden=_hf_field(cfg, "n_inner", where, 4 * hidden),
-            heads=_hf_field(cfg, "n_head", where), vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=_hf_field(cfg, "n_positions", where, _hf_field(cfg, "n_ctx", where, 1024)), gated_mlp=False,
-            tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, True),
-            norm="layernorm", bias=True, learned_positions=True, dropout=True,
-            activation=_hf_activation(cfg, where, "activation_function"),
-        )
-    elif mtype == "gpt_neox":
-        fields = dict(
-            layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
-            ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=_hf_field(cfg, "num_attention_heads", where),
-            vocab=_hf_field(cfg, "vocab_size", where),
-            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, 2048), DEFAULT_HF_SEQ_LEN), gated_mlp=False,
-            tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, False), norm="layernorm", bias=True,
-            activation=_hf_activation(cfg, where, "hidden_act"),
-            # GPTNeoXConfig's default is True (GPT-NeoX-20B, Pythia): attention and MLP in parallel, two norms
-            parallel_residual=_hf_bool(cfg, "use_parallel_residual", where, True),
-            rotary_fraction=_hf_float(cfg, "rotary_pct", where, 0.25),     # GPTNeoXConfig's default (NeoX-20B, Pythia)
-        )
-    else:
-        raise PlannerError(where, f"model_type {cfg.get('model_type')!r} is not supported "
-                                  f"(expected one of: {_HF_TYPES})")
-    return validate(ModelFile, {"name": name, **{k: v for k, v in fields.items() if v is not None}}, where)
+_MOE_FILE_KEYS = MOE_KEYS + ("experts", "moe_ffn_hidden", "experts_per_token", "top_k")
 
 
 # --- lookup -------------------------------------------------------------------------------------------------------
@@ -369,7 +245,7 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
         where = f"model file {path.name}"
         data = read_mapping(path, "--model")
         if path.suffix == ".json":
-            return from_hf_config(data, name=_hf_name(path), where=where).to_spec()
+            return validate(ModelFile, hf_fields(data, name=_hf_name(path), where=where), where).to_spec()
         return validate(ModelFile, data, where).to_spec()
     index = _presets()
     if text.lower() in index:

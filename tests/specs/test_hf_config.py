@@ -131,23 +131,26 @@ def test_hf_head_dim_defaults_are_transformers_own(tmp_path):
     assert load_model(write_config(tmp_path, gemma, "gemma")).head_dim == 256
 
 
-def test_hf_sliding_window_bounds_the_sequence(tmp_path):
-    """Mistral 7B v0.1 attends within 4,096 tokens: planned at up to 4,096 (where the window is full attention),
-    refused beyond; Qwen2's window counts only with use_sliding_window true."""
+def test_hf_sliding_window_is_read(tmp_path):
+    """Mistral 7B v0.1 attends within 4,096 tokens: its window is the model's (priced beyond it,
+    tests/cost/test_sliding_window.py), its default sequence 4,096; Qwen2's window counts only with
+    use_sliding_window true."""
     from planner.candidates import make_job
     m = load_model(write_config(tmp_path, MISTRAL_7B_CONFIG))
     assert m.sliding_window == 4096 and make_job(m, 8).seq_len == 4096
-    with pytest.raises(PlannerError) as info:
-        make_job(m, 8, seq_len=8192)
-    assert info.value.field == "--seq-len" and "sliding window" in info.value.message
-    # a model whose own default sequence outruns its window: the error names that, not a flag nobody gave
-    from dataclasses import replace
-    with pytest.raises(PlannerError) as info:
-        make_job(replace(m, seq_len=8192), 8)
-    assert info.value.field == "--model: seq_len" and "give --seq-len 4,096 or less" in info.value.message
+    assert make_job(m, 8, seq_len=32768).seq_len == 32768 and m.window_binds(32768) and not m.window_binds(4096)
     assert load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen")).sliding_window is None
+    # transformers' Qwen2: with use_sliding_window, the layers from max_window_layers on (or layer_types) use it;
+    # on some layers only, every layer is planned with full attention (an upper bound beyond the window)
     on = {**QWEN2_05B_CONFIG, "use_sliding_window": True, "sliding_window": 2048}
-    assert load_model(write_config(tmp_path, on, "qwen_on")).sliding_window == 2048
+    cases = (({}, None), ({"max_window_layers": 0}, 2048), ({"max_window_layers": 12}, None),
+             ({"layer_types": ["sliding_attention"] * 24}, 2048),
+             ({"layer_types": ["full_attention", "sliding_attention"] * 12}, None))
+    for i, (extra, window) in enumerate(cases):
+        assert load_model(write_config(tmp_path, {**on, **extra}, f"qwen_{i}")).sliding_window == window, extra
+    with pytest.raises(PlannerError) as info:
+        load_model(write_config(tmp_path, {**on, "layer_types": ["sliding_attention"]}, "qwen_bad"))
+    assert "layer_types" in info.value.message and "one attention type per layer (24)" in info.value.message
 
 
 def test_learned_positions_bound_the_sequence(tmp_path):
