@@ -223,7 +223,8 @@ def halved_mfu(mfu, m, job, rt) -> float | None:
 def mfu_convention(m, job, rt, best_mfu=None) -> tuple[str, str]:
     """(How MFU counts attention, and a sentence with the halved figures when halving moves `best_mfu` a point or
     more; else "")."""
-    window = (f"attention within the {m.sliding_window:,}-token sliding window, " if m.window_binds(job.seq_len)
+    some = "" if m.window_layers is None else f" on {m.window_layers} of {m.layers} layers"
+    window = (f"attention within the {m.sliding_window:,}-token sliding window{some}, " if m.window_binds(job.seq_len)
               else "causal attention ")
     if rt.causal_flops_halved:
         return f"MFU: model FLOPs ({window}counted at half)", ""

@@ -27,17 +27,20 @@ def attended_keys_per_query(m: ModelSpec, seq_len, causal_halved=False, windowed
 
     With a sliding window w < s (Mistral 7B, Jiang et al. 2023 §2: each token attends to at most the w before it)
     a query sees min(s, w) keys: counted in full, w; halved, the causal band's mean Σᵢ min(i, w)/s = w − w²/2s
-    (dropping w/2s, as the causal half drops 1/2), which is s/2 at s = w. `windowed=False` counts the whole
-    square: an unfused kernel scores every pair and masks those outside the window.
+    (dropping w/2s, as the causal half drops 1/2), which is s/2 at s = w. Where only some layers attend within
+    the window (ModelSpec.window_layers), the mean over the layers. `windowed=False` counts the whole square: an
+    unfused kernel scores every pair and masks those outside the window.
     """
     s = np.asarray(seq_len)
     w = m.sliding_window
+    full = s * np.where(causal_halved, 0.5, 1.0)
     if w is None or not np.any(windowed) or np.all(s <= w):
-        return s * np.where(causal_halved, 0.5, 1.0)
+        return full
     s = s.astype(float)
     band = np.minimum(float(w), s)
     keys = np.where(causal_halved, band - band * band / (2 * s), band)
-    return np.where(windowed, keys, s * np.where(causal_halved, 0.5, 1.0))
+    share = m.window_share
+    return np.where(windowed, keys if share == 1 else share * keys + (1 - share) * full, full)
 
 
 def attention_score_flops_per_token(m: ModelSpec, seq_len, causal_halved=False, windowed=True):

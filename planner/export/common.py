@@ -50,6 +50,10 @@ def block_note(framework: str, m, seq_len: int) -> str | None:
     shorter than the sequence is Megatron's --window-size, absent from torchtitan's Llama (its FlexAttention
     sliding-window mask serves gpt-oss) and the model code's under DeepSpeed; None for a block it builds as planned."""
     notes = []
+    if m.window_binds(seq_len) and m.window_layers is not None:
+        notes.append(f"the sliding window covers {m.window_layers} of the {m.layers} layers (the others attend to "
+                     "the whole sequence)" + (": Megatron's --window-size windows every layer unless "
+                     "--window-attn-skip-freq picks them" if framework == "megatron" else ""))
     if m.window_binds(seq_len) and framework == "torchtitan":
         notes.append(f"sliding window of {m.sliding_window:,} tokens: torchtitan's Llama attends to the whole "
                      f"{seq_len:,}-token sequence, which costs more than planned")

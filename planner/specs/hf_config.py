@@ -79,16 +79,16 @@ def _hf_activation(cfg: dict, where: str, *keys: str) -> str | None:
     raise PlannerError(where, f"field {keys[0]!r} is {value!r}: expected silu, a GeLU variant or squared ReLU")
 
 
-def _hf_window(cfg: dict, mtype: str, where: str) -> int:
-    """The sliding window every layer attends within (0: none). Mistral applies sliding_window whenever it is set;
-    Qwen2/Qwen3 only with use_sliding_window true, and then on the layers from max_window_layers (default 28) on,
-    or those an explicit layer_types names sliding_attention (transformers' configuration_qwen2.py). A window on
-    some layers only is planned as full attention on every layer: exact up to the window, an upper bound beyond."""
+def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
+    """(The sliding window, 0 for none; how many layers attend within it, None for all). Mistral applies
+    sliding_window whenever it is set; Qwen2/Qwen3 only with use_sliding_window true, and then on the layers from
+    max_window_layers (default 28) on, or those an explicit layer_types names sliding_attention (transformers'
+    configuration_qwen2.py)."""
     active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else mtype == "mistral"
     window = _hf_field(cfg, "sliding_window", where, 0) if active else 0
     types = cfg.get("layer_types")
     if not window or (mtype == "mistral" and types is None):
-        return window
+        return window, None
     layers = _hf_field(cfg, "num_hidden_layers", where)
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
@@ -100,7 +100,9 @@ def _hf_window(cfg: dict, mtype: str, where: str) -> int:
         if not is_int(first) or first < 0:
             raise PlannerError(where, f"field 'max_window_layers' must be a non-negative integer, got {first!r}")
         sliding = max(layers - first, 0)
-    return window if sliding == layers else 0
+    if sliding == 0:
+        return 0, None
+    return window, None if sliding == layers else sliding
 
 
 def hf_fields(cfg: dict, name: str, where: str) -> dict:
@@ -109,7 +111,7 @@ def hf_fields(cfg: dict, name: str, where: str) -> dict:
     (_hf_unsupported)."""
     mtype = str(cfg.get("model_type", "")).lower()
     _hf_unsupported(cfg, where)
-    window = _hf_window(cfg, mtype, where)
+    window, window_layers = _hf_window(cfg, mtype, where)
     if mtype in _LLAMA_LIKE:
         heads = _hf_field(cfg, "num_attention_heads", where)
         fields = dict(
@@ -119,7 +121,7 @@ def hf_fields(cfg: dict, name: str, where: str) -> dict:
             head_dim=_hf_field(cfg, "head_dim", where, _HF_HEAD_DIM.get(mtype, 0)) or None,
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
-            sliding_window=window or None,
+            sliding_window=window or None, window_layers=window_layers,
             # transformers' defaults when the key is absent: GemmaConfig ties the embeddings, the others do not.
             gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype == "gemma"),
             norm="rmsnorm",

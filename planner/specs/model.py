@@ -54,7 +54,8 @@ class ModelSpec:
     # same cost: Megatron's and GPT-NeoX's rope split the head, rotate one part and concatenate, moving all of it.
     rotary_fraction: float = 1.0
     description: str = ""
-    sliding_window: int | None = None   # every layer's attention window (Mistral); none: full causal attention
+    sliding_window: int | None = None   # attention window (Mistral 7B: 4,096 tokens); none: full causal attention
+    window_layers: int | None = None    # layers that attend within the window (Qwen2: from max_window_layers); none: all
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
     # The same FLOPs and bytes for the cost model; the exports need it. "" = silu if gated, else gelu.
     activation: str = ""
@@ -91,10 +92,22 @@ class ModelSpec:
         if self.sliding_window is not None and (not is_int(self.sliding_window) or self.sliding_window < 1):
             raise PlannerError(f"model {self.name}: sliding_window",
                                f"got {self.sliding_window!r}, expected a positive integer or none")
+        if self.window_layers is not None and (self.sliding_window is None or not is_int(self.window_layers)
+                                               or not 1 <= self.window_layers <= self.layers):
+            raise PlannerError(f"model {self.name}: window_layers",
+                               f"got {self.window_layers!r}, expected a layer count from 1 to {self.layers} with a "
+                               "sliding_window, or none")
 
     def window_binds(self, seq_len: int) -> bool:
         """Whether the sliding window is shorter than the sequence (else it is full causal attention)."""
         return self.sliding_window is not None and seq_len > self.sliding_window
+
+    @property
+    def window_share(self) -> float:
+        """Share of the layers that attend within the sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0.0
+        return 1.0 if self.window_layers is None else self.window_layers / self.layers
 
     @property
     def q_dim(self) -> int:
@@ -148,6 +161,7 @@ class ModelFile(BaseModel):
     parallel_residual: bool = False
     rotary_fraction: float = Field(default=1.0, gt=0, le=1)
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
+    window_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
     activation: Literal[ACTIVATIONS] | None = None      # default: silu if gated_mlp, else gelu
 
     @field_validator("global_batch_tokens")
@@ -171,6 +185,9 @@ class ModelFile(BaseModel):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
         if self.head_dim is None and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given")
+        if self.window_layers is not None and (self.sliding_window is None or self.window_layers > self.layers):
+            raise ValueError(f"window_layers ({self.window_layers}) needs a sliding_window and at most the "
+                             f"{self.layers} layers")
         return self
 
     def to_spec(self) -> ModelSpec:
@@ -188,7 +205,7 @@ class ModelFile(BaseModel):
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
             qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, rotary_fraction=self.rotary_fraction,
             description=self.description,
-            sliding_window=self.sliding_window, activation=self.activation or "",
+            sliding_window=self.sliding_window, window_layers=self.window_layers, activation=self.activation or "",
         )
 
 

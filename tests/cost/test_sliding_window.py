@@ -54,6 +54,21 @@ def test_a_window_never_adds_work_and_never_counts_more_than_w_keys(s, w):
         assert 0 < windowed <= full and windowed <= w
 
 
+def test_a_window_on_some_layers_counts_the_mean_over_the_layers():
+    # Qwen2's pattern: 8 of 32 layers windowed: at 32,768 tokens a quarter of the layers see 3,840 keys (halved),
+    # the rest the causal half, 16,384
+    some = replace(WINDOWED, window_layers=8)
+    assert flops.attended_keys_per_query(some, 32768, causal_halved=True) == (8 * 3840 + 24 * 16384) / 32
+    assert flops.attended_keys_per_query(some, 32768) == (8 * 4096 + 24 * 32768) / 32
+    assert flops.attended_keys_per_query(some, 4096, True) == 2048
+    for bad in (0, 33):
+        with pytest.raises(PlannerError) as info:
+            replace(WINDOWED, window_layers=bad)
+        assert info.value.field.endswith("window_layers")
+    with pytest.raises(PlannerError):
+        replace(FULL, window_layers=8)                     # no window to cover them
+
+
 def test_model_flops_count_the_window():
     # 6N + 12·L·q·w per token (PaLM's count with w keys per query): N is the same model's
     s = 32768

@@ -140,14 +140,14 @@ def test_hf_sliding_window_is_read(tmp_path):
     assert m.sliding_window == 4096 and make_job(m, 8).seq_len == 4096
     assert make_job(m, 8, seq_len=32768).seq_len == 32768 and m.window_binds(32768) and not m.window_binds(4096)
     assert load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen")).sliding_window is None
-    # transformers' Qwen2: with use_sliding_window, the layers from max_window_layers on (or layer_types) use it;
-    # on some layers only, every layer is planned with full attention (an upper bound beyond the window)
+    # transformers' Qwen2: with use_sliding_window, the layers from max_window_layers on (or layer_types) use it
     on = {**QWEN2_05B_CONFIG, "use_sliding_window": True, "sliding_window": 2048}
-    cases = (({}, None), ({"max_window_layers": 0}, 2048), ({"max_window_layers": 12}, None),
-             ({"layer_types": ["sliding_attention"] * 24}, 2048),
-             ({"layer_types": ["full_attention", "sliding_attention"] * 12}, None))
+    cases = (({}, (None, None)), ({"max_window_layers": 0}, (2048, None)), ({"max_window_layers": 20}, (2048, 4)),
+             ({"layer_types": ["sliding_attention"] * 24}, (2048, None)),
+             ({"layer_types": ["full_attention", "sliding_attention"] * 12}, (2048, 12)))
     for i, (extra, window) in enumerate(cases):
-        assert load_model(write_config(tmp_path, {**on, **extra}, f"qwen_{i}")).sliding_window == window, extra
+        m = load_model(write_config(tmp_path, {**on, **extra}, f"qwen_{i}"))
+        assert (m.sliding_window, m.window_layers) == window, extra
     with pytest.raises(PlannerError) as info:
         load_model(write_config(tmp_path, {**on, "layer_types": ["sliding_attention"]}, "qwen_bad"))
     assert "layer_types" in info.value.message and "one attention type per layer (24)" in info.value.message
