@@ -103,10 +103,10 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
 def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_bytes=2, eager=False):
     """HBM bytes moved by one layer's memory-bound kernels in the forward pass.
 
-    Two norms (read + write h per token), two fused bias-dropout-residual adds (read 2, write 1, plus a 1-byte
-    mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1), and rotary
-    embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP ranks
-    unless sequence parallelism shards it. A parallel residual runs as GPT-NeoX's layer does (gpt_j_residual,
+    Two norms (four with post_norms; read + write h per token each), two fused bias-dropout-residual adds (read 2, write
+    1, plus a 1-byte mask with dropout), the MLP activation (GeLU: read 1, write 1 of F; SwiGLU: read 2, write 1),
+    and rotary embeddings on Q and K when positions are not learned. Norm and residual work is replicated across TP
+    ranks unless sequence parallelism shards it. A parallel residual runs as GPT-NeoX's layer does (gpt_j_residual,
     megatron/model/transformer.py): bias-dropout of the attention output (read 1, write 1), bias-dropout-add of the
     MLP output onto it (read 2, write 1), both on the TP ranks' partial sums of the whole sequence, before the one
     reduction, so SP does not shard them; then the layer input added to the reduced sum (read 2, write 1).
@@ -118,7 +118,7 @@ def layer_elementwise_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, elem_byt
         pre_reduction, residual = (5 * e + 2 * drop) * h, 3 * e * h
     else:
         pre_reduction, residual = 0.0, 2 * ((3 * e + drop) * h)
-    per_token_replicated = 2 * (2 * e * h) + residual
+    per_token_replicated = m.layer_norms * (2 * e * h) + residual
     act = (3 if m.gated_mlp else 2) * e * m.ffn_hidden
     rope = 0.0 if m.learned_positions else 2 * e * (m.q_dim / t + kv_dim_per_rank(m, t))
     fused = per_token_replicated / np.where(sp, t, 1) + pre_reduction + act / t + rope
@@ -138,7 +138,7 @@ EAGER_ROPE_EXTRA_KERNELS = 5        # 3 for q and 3 for k, for 1
 
 def eager_extra_bytes(m: ModelSpec, tp, sp, elem_bytes=2):
     """HBM bytes per token one layer's forward moves in eager PyTorch beyond the fused kernels (torchtitan without
-    torch.compile): the fp32-upcast RMSNorm (EAGER_RMSNORM_FP32_BYTES + 2e per element, twice); dropout apart from
+    torch.compile): the fp32-upcast RMSNorm (EAGER_RMSNORM_FP32_BYTES + 2e per element, per norm); dropout apart from
     the residual add (2e); SiLU apart from the gate product (2e per F element); RoPE through complex fp32
     (EAGER_ROPE_EXTRA_BYTES per Q and K element); and under GQA, repeat_kv copying K and V into full heads (read
     the K/V heads, write the query heads' worth: 2e per K/V and per Q element; torchtitan's code makes that copy
@@ -146,7 +146,7 @@ def eager_extra_bytes(m: ModelSpec, tp, sp, elem_bytes=2):
     kernels in eager PyTorch too (nn.LayerNorm, F.gelu): nothing extra."""
     t, e, h = np.asarray(tp), elem_bytes, m.hidden
     q, kv = m.q_dim / t, kv_dim_per_rank(m, t)
-    norms = 2 * (EAGER_RMSNORM_FP32_BYTES + 2 * e) * h if m.norm == "rmsnorm" else 0.0
+    norms = m.layer_norms * (EAGER_RMSNORM_FP32_BYTES + 2 * e) * h if m.norm == "rmsnorm" else 0.0
     dropout = 2 * (2 * e) * h if m.dropout else 0.0
     replicated = (norms + dropout) / np.where(sp, t, 1)          # sharded by SP like the fused kernels
     glu = 2 * e * m.ffn_hidden / t if m.gated_mlp else 0.0
@@ -166,16 +166,22 @@ def elementwise_time_s(nbytes, hw: HardwareSpec):
 # That path is --cross-entropy-loss-fusion, on in NeMo's model configs; Megatron's default unfused path moves 52,
 # PyTorch's F.cross_entropy under autocast 36 or more.
 LOSS_BYTES_PER_LOGIT = 40.0
+# Gemma 2's final soft-capping in 16 bits before the loss (transformers' Gemma2ForCausalLM): divide, tanh, multiply
+# (read 2, write 2 each); backward, the multiply's and the divide's scaling (read 2, write 2 each) and tanh's
+# (read its output and the gradient, write 2).
+SOFTCAP_BYTES_PER_LOGIT = 26.0
 
 
 def logits_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2):
     """Forward + backward of the output layer and the vocab-parallel cross-entropy on fp32 logits (last stage).
 
-    GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss moves LOSS_BYTES_PER_LOGIT bytes per logit.
+    GEMM [n × h] @ [h × V/t] forward and 2× backward; the loss moves LOSS_BYTES_PER_LOGIT bytes per logit, Gemma 2's
+    soft-capping SOFTCAP_BYTES_PER_LOGIT more.
     """
     n, t = tokens_and_tp(seq_len, micro_batch, tp)
     gemm = 3 * gemm_time_s(n, m.hidden, m.vocab / t, hw, elem_bytes)
-    return gemm + elementwise_time_s(LOSS_BYTES_PER_LOGIT * n * m.vocab / t, hw)
+    per_logit = LOSS_BYTES_PER_LOGIT + (SOFTCAP_BYTES_PER_LOGIT if m.final_softcap else 0.0)
+    return gemm + elementwise_time_s(per_logit * n * m.vocab / t, hw)
 
 
 def layer_kernel_count(m: ModelSpec, flash_attention, cp=1, eager=False):
@@ -190,14 +196,14 @@ def layer_kernel_count(m: ModelSpec, flash_attention, cp=1, eager=False):
 
 def _eager_extra_kernels(m: ModelSpec) -> int:
     """Kernels eager PyTorch adds to a layer's forward (eager_extra_bytes counts their bytes)."""
-    return (2 * EAGER_RMSNORM_EXTRA_KERNELS * (m.norm == "rmsnorm") + 2 * m.dropout + m.gated_mlp
+    return (m.layer_norms * EAGER_RMSNORM_EXTRA_KERNELS * (m.norm == "rmsnorm") + 2 * m.dropout + m.gated_mlp
             + EAGER_ROPE_EXTRA_KERNELS * (not m.learned_positions) + 2 * (m.kv_heads < m.heads))
 
 
 def _elementwise_kernels(m: ModelSpec) -> int:
-    """2 norms, 2 residual adds (a parallel residual: GPT-NeoX's 3 kernels, layer_elementwise_bytes), the MLP
-    activation, and rotary embedding unless positions are learned."""
-    return 5 + (1 if m.parallel_residual else 0) + (0 if m.learned_positions else 1)
+    """2 norms (4 with post_norms), 2 residual adds (a parallel residual: GPT-NeoX's 3 kernels,
+    layer_elementwise_bytes), the MLP activation, and rotary embedding unless positions are learned."""
+    return 3 + m.layer_norms + (1 if m.parallel_residual else 0) + (0 if m.learned_positions else 1)
 
 
 def op_recompute_time_s(m: ModelSpec, seq_len, micro_batch, tp, hw: HardwareSpec, elem_bytes=2, elementwise_s=0.0,

@@ -74,7 +74,8 @@ def activation_bytes_with_none(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     kv_rank = P.kv_dim_per_rank(m, t)
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
     # A parallel residual's second norm reads the layer input, already kept for the first: three tensors, not four.
-    replicated = sb * h * ((3 if m.parallel_residual else 4) * e + 2 * drop)
+    # Post-norms (Gemma 2/3) keep their inputs too, the attention and MLP outputs after the TP reduction: six.
+    replicated = sb * h * ((3 if m.parallel_residual else 4 + m.layer_norms - 2) * e + 2 * drop)
     # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
     split = e * sb * 2 * m.q_dim + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
     # K and V (whole heads per rank when t > g). Unfused attention widens them to every query head before the score
@@ -113,7 +114,9 @@ def _working_bytes(full, kept):
 
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2, fused_cross_entropy=True):
     """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the
-    logits of the cross-entropy. Fused (Megatron's vocab-parallel kernel works in place on the fp32 logits): 4
+    logits of the cross-entropy (with Gemma 2's final soft-capping also the 16-bit tanh output its backward
+    needs, transformers' Gemma2ForCausalLM: logits / c, tanh, · c). Fused (Megatron's vocab-parallel kernel works
+    in place on the fp32 logits): 4
     bytes per logit (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP). PyTorch's cross_entropy on logits
     cast to fp32 (torchtitan's loss: F.cross_entropy(pred.float(), labels)) peaks as the backward starts, with all
     activations still held: log_softmax keeps its fp32 output for its backward (derivatives.yaml: it saves
@@ -121,7 +124,8 @@ def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2, fused_
     the logits, 12 bytes per logit (the forward's 16-bit logits, fp32 copy and output are 10)."""
     sb, t = tokens_and_tp(seq_len, micro_batch, tp)
     sp = checked_flag(sp, "sp")
-    per_logit = np.where(checked_flag(fused_cross_entropy, "fused_cross_entropy"), 4.0, 12.0)
+    per_logit = np.where(checked_flag(fused_cross_entropy, "fused_cross_entropy"), 4.0, 12.0) + (
+        act_bytes if m.final_softcap else 0.0)
     return 2 * act_bytes * sb * m.hidden / np.where(sp, t, 1) + per_logit * sb * m.vocab / t
 
 

@@ -33,9 +33,10 @@ def one_norm_params(m: ModelSpec) -> int:
 
 
 def norm_params(m: ModelSpec) -> int:
-    """Two norms per layer (+ the query and key norms over head_dim with qk_norm, Qwen3's q_norm and k_norm)."""
+    """Two norms per layer, four with post_norms (Gemma 2/3), + the query and key norms over head_dim with qk_norm
+    (Qwen3's and Gemma 3's q_norm and k_norm)."""
     qk = 2 * m.head_dim * (2 if m.norm == "layernorm" else 1) if m.qk_norm else 0
-    return 2 * one_norm_params(m) + qk
+    return m.layer_norms * one_norm_params(m) + qk
 
 
 def position_params(m: ModelSpec) -> int:

@@ -46,7 +46,8 @@ def plan_line(row) -> str | None:
 def block_note(framework: str, m, seq_len: int) -> str | None:
     """The transformer block the plan priced where the framework builds another: a parallel residual
     (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
-    the model code's; torchtitan's models rotate every head dimension (ModelSpec.rotary_fraction); a sliding window
+    the model code's; Gemma 2/3's post-norms and Gemma 2's logit soft-capping; torchtitan's models rotate every head
+    dimension (ModelSpec.rotary_fraction); a sliding window
     shorter than the sequence is Megatron's --window-size, absent from torchtitan's Llama (its FlexAttention
     sliding-window mask serves gpt-oss) and the model code's under DeepSpeed; None for a block it builds as planned."""
     notes = []
@@ -68,6 +69,15 @@ def block_note(framework: str, m, seq_len: int) -> str | None:
         notes.append(f"parallel residual (attention and MLP side by side): {name} builds a sequential block, a "
                      "different model with a second forward TP reduction per layer; GPT-NeoX (gpt_j_residual true) "
                      "trains this one")
+    if m.post_norms and framework != "deepspeed":
+        name = "Megatron-LM's GPT block" if framework == "megatron" else "torchtitan's Llama"
+        notes.append(f"norms after attention and the MLP too (Gemma 2/3): {name} has only the two before them, a "
+                     "block with fewer norms than planned")
+    elif m.post_norms:
+        notes.append("norms after attention and the MLP too (Gemma 2/3): the model code's block, as planned")
+    if m.final_softcap:
+        notes.append("the plan priced Gemma 2's soft-capping of the logits as separate kernels before the loss "
+                     "(logits / c, tanh, · c); the model code must apply it")
     if framework == "torchtitan" and m.rotary_fraction != 1:
         notes.append(f"rotary embedding on {m.rotary_fraction:.0%} of each head's dimensions: torchtitan's models "
                      "rotate all of them, a different model at the same cost")

@@ -1,6 +1,7 @@
 """HuggingFace config.json files read as the planner's model fields (specs.model validates them as a model file):
-llama, mistral, qwen2, qwen3 and gemma (Llama-like), gpt2 and gpt_neox; transformers' defaults where a key is
-absent. What a dense model cannot express (experts, quantization, ...) is refused, never planned as another model."""
+llama, mistral, qwen2, qwen3 and gemma, gemma2, gemma3_text (Llama-like), gpt2 and gpt_neox; transformers' defaults
+where a key is absent. What a dense model cannot express (experts, quantization, ...) is refused, never planned as
+another model."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from planner.errors import PlannerError
 
 DEFAULT_HF_SEQ_LEN = 4096
 
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma"}
-# transformers' head_dim when a config leaves it out: Qwen3Config 128, GemmaConfig 256, the others hidden / heads.
-_HF_HEAD_DIM = {"qwen3": 128, "gemma": 256}
+_GEMMA = {"gemma", "gemma2", "gemma3_text"}
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"} | _GEMMA
+# transformers' head_dim when a config leaves it out: Qwen3Config 128, the Gemma configs 256, else hidden / heads.
+_HF_HEAD_DIM = {"qwen3": 128, "gemma": 256, "gemma2": 256, "gemma3_text": 256}
+# Gemma 2 and 3 window every layer but each n-th (transformers' Gemma2Config: every second; Gemma3TextConfig:
+# sliding_window_pattern, 6 by default: "sliding_attention" if bool((i + 1) % pattern) else "full_attention").
+_WINDOW_PATTERN = {"gemma2": 2, "gemma3_text": 6}
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
-_HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox"        # what from_hf_config reads
+_HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gpt2, gpt_neox"       # what hf_fields reads
 
 
 def _hf_field(cfg: dict, key: str, where: str, default=None):
@@ -58,6 +63,10 @@ def _hf_unsupported(cfg: dict, where: str) -> None:
         key, value = next(iter(experts.items()))
         raise PlannerError(where, f"field {key!r} is {value!r}: mixture-of-experts models are not supported yet "
                                   "(dense decoders only)")
+    if isinstance(cfg.get("text_config"), dict):
+        raise PlannerError(where, f"field 'text_config': a multimodal config ({cfg.get('model_type')}), whose vision "
+                                  "encoder the planner does not price; give the text model's own config (its "
+                                  "text_config, as a config.json with model_type gemma3_text for Gemma 3)")
     if cfg.get("quantization_config") is not None:
         raise PlannerError(where, "field 'quantization_config': quantized weights are not modelled (the planner "
                                   "trains in bf16 mixed precision); remove it to plan the bf16 model")
@@ -81,11 +90,13 @@ def _hf_activation(cfg: dict, where: str, *keys: str) -> str | None:
 
 def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
     """(The sliding window, 0 for none; how many layers attend within it, None for all). Mistral applies
-    sliding_window whenever it is set; Qwen2/Qwen3 only with use_sliding_window true, and then on the layers from
-    max_window_layers (default 28) on, or those an explicit layer_types names sliding_attention (transformers'
-    configuration_qwen2.py)."""
-    active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else mtype == "mistral"
-    window = _hf_field(cfg, "sliding_window", where, 0) if active else 0
+    sliding_window whenever it is set, on every layer; Qwen2/Qwen3 only with use_sliding_window true, and then on
+    the layers from max_window_layers (default 28) on (transformers' configuration_qwen2.py); Gemma 2 and 3 on all
+    but every n-th layer (_WINDOW_PATTERN); an explicit layer_types on those it names sliding_attention."""
+    default_on = mtype == "mistral" or mtype in _WINDOW_PATTERN
+    active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else default_on
+    # Gemma2Config and Gemma3TextConfig default to a 4,096-token window; the others to none
+    window = _hf_field(cfg, "sliding_window", where, 4096 if mtype in _WINDOW_PATTERN else 0) if active else 0
     types = cfg.get("layer_types")
     if not window or (mtype == "mistral" and types is None):
         return window, None
@@ -95,6 +106,11 @@ def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
             raise PlannerError(where, f"field 'layer_types' must list one attention type per layer ({layers}), got "
                                       f"{types!r}"[:200])
         sliding = sum(t == "sliding_attention" for t in types)
+    elif mtype in _WINDOW_PATTERN:
+        every = cfg.get("sliding_window_pattern", _WINDOW_PATTERN[mtype]) if mtype == "gemma3_text" else 2
+        if not is_int(every) or every < 1:
+            raise PlannerError(where, f"field 'sliding_window_pattern' must be a positive integer, got {every!r}")
+        sliding = layers - layers // every
     else:
         first = cfg.get("max_window_layers", 28)
         if not is_int(first) or first < 0:
@@ -106,9 +122,8 @@ def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
 
 
 def hf_fields(cfg: dict, name: str, where: str) -> dict:
-    """Map a HuggingFace config.json onto the planner's architecture fields (llama, mistral, qwen2, qwen3, gemma,
-    gpt2, gpt_neox), a model file's mapping for ModelFile to validate; what a dense model cannot express is refused
-    (_hf_unsupported)."""
+    """Map a HuggingFace config.json onto the planner's architecture fields (_HF_TYPES), a model file's mapping for
+    ModelFile to validate; what a dense model cannot express is refused (_hf_unsupported)."""
     mtype = str(cfg.get("model_type", "")).lower()
     _hf_unsupported(cfg, where)
     window, window_layers = _hf_window(cfg, mtype, where)
@@ -122,13 +137,18 @@ def hf_fields(cfg: dict, name: str, where: str) -> dict:
             vocab=_hf_field(cfg, "vocab_size", where),
             seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
             sliding_window=window or None, window_layers=window_layers,
-            # transformers' defaults when the key is absent: GemmaConfig ties the embeddings, the others do not.
-            gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype == "gemma"),
+            # transformers' defaults when the key is absent: the Gemma configs tie the embeddings, the others do not.
+            gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype in _GEMMA),
             norm="rmsnorm",
             # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
             qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
-            qk_norm=mtype == "qwen3",             # Qwen3Attention's q_norm and k_norm (RMSNorm over head_dim)
-            activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype == "gemma" else
+            # Qwen3's and Gemma 3's q_norm and k_norm (RMSNorm over head_dim)
+            qk_norm=mtype in ("qwen3", "gemma3_text"),
+            # Gemma 2/3 decoder layers: pre- and post-norms around attention and the MLP; Gemma 2 soft-caps the
+            # logits (final_logit_softcapping, 30 by default; Gemma 3 sets none)
+            post_norms=mtype in ("gemma2", "gemma3_text"),
+            final_softcap=mtype == "gemma2" and cfg.get("final_logit_softcapping", 30.0) is not None,
+            activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype in _GEMMA else
             _hf_activation(cfg, where, "hidden_act"),
         )
     elif mtype == "gpt2":

@@ -50,6 +50,11 @@ class ModelSpec:
     # Attention and MLP side by side on the layer input, their outputs summed (GPT-J, GPT-NeoX's use_parallel_residual,
     # PaLM): the same weights (two norms, as GPT-NeoX) and FLOPs, one forward TP reduction per layer instead of two.
     parallel_residual: bool = False
+    # Norms on the attention and MLP outputs too, before each residual add (Gemma 2/3: post_attention_layernorm,
+    # pre_ and post_feedforward_layernorm): four per layer, each one's input kept for its backward.
+    post_norms: bool = False
+    # Gemma 2's tanh soft-capping of the output logits (final_logit_softcapping): logits / c, tanh, · c.
+    final_softcap: bool = False
     # Share of each head's dimensions rotary embedding rotates (GPT-NeoX rotary_pct, Megatron --rotary-percent). The
     # same cost: Megatron's and GPT-NeoX's rope split the head, rotate one part and concatenate, moving all of it.
     rotary_fraction: float = 1.0
@@ -69,7 +74,7 @@ class ModelSpec:
             if not is_int(value) or value < 1:
                 raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
         for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout", "qk_norm",
-                  "parallel_residual"):
+                  "parallel_residual", "post_norms", "final_softcap"):
             if not isinstance(getattr(self, f), bool):
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
         if self.norm not in ("rmsnorm", "layernorm"):
@@ -81,6 +86,9 @@ class ModelSpec:
         if self.learned_positions and self.rotary_fraction != 1:
             raise PlannerError(f"model {self.name}: rotary_fraction", "expected 1 with learned_positions (no rotary "
                                                                       "embedding to apply to part of the heads)")
+        if self.post_norms and self.parallel_residual:
+            raise PlannerError(f"model {self.name}: post_norms", "expected false with parallel_residual (no model "
+                                                                 "has both: the branches share one residual add)")
         if self.heads % self.kv_heads:
             raise PlannerError(f"model {self.name}: kv_heads",
                                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
@@ -101,6 +109,11 @@ class ModelSpec:
     def window_binds(self, seq_len: int) -> bool:
         """Whether the sliding window is shorter than the sequence (else it is full causal attention)."""
         return self.sliding_window is not None and seq_len > self.sliding_window
+
+    @property
+    def layer_norms(self) -> int:
+        """Norms per layer over the hidden size: two, four with post_norms (Gemma 2/3)."""
+        return 4 if self.post_norms else 2
 
     @property
     def window_share(self) -> float:
@@ -159,6 +172,8 @@ class ModelFile(BaseModel):
     dropout: bool = False
     qk_norm: bool = False
     parallel_residual: bool = False
+    post_norms: bool = False
+    final_softcap: bool = False
     rotary_fraction: float = Field(default=1.0, gt=0, le=1)
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
     window_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
@@ -203,7 +218,8 @@ class ModelFile(BaseModel):
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
             qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
-            qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, rotary_fraction=self.rotary_fraction,
+            qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, post_norms=self.post_norms,
+            final_softcap=self.final_softcap, rotary_fraction=self.rotary_fraction,
             description=self.description,
             sliding_window=self.sliding_window, window_layers=self.window_layers, activation=self.activation or "",
         )
