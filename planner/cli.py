@@ -248,8 +248,8 @@ def _print_frame(df, title: str, first: str, fmt: "Format", output=None) -> None
 @handle_errors
 def sweep_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Preset name/alias, model YAML or HF config.json."),
-    gpus: str = typer.Option(..., "--gpus", "-g", help="GPU counts: 256,512,1024 or 256..16384 (doubling) or "
-                                                        "64..512:64."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", "-g", help="GPU counts: 256,512,1024, 256..16384 (doubling), "
+                                       "64..512:64; default: 8 doubling from the smallest that fits."),
     hardware: str = typer.Option("h100-sxm", "--hardware", help="Built-in profile name or a YAML path."),
     nics_per_node: Optional[str] = typer.Option(None, "--nics-per-node", help="Your cluster's NICs per server (a "
                                                 "gb200 server is a 4-GPU tray; with --nic-gbit-per-s; default: the "

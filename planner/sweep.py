@@ -15,6 +15,7 @@ from planner.search import BUDGET_KEYWORDS, DEFAULT_HARDWARE, cross_node_tp_unus
 from planner.specs.strategy import MAX_GPUS, Precision, Runtime
 
 MAX_SWEEP_POINTS = 64
+AUTO_COUNTS = 8                         # the default range: this many counts, doubling
 MAX_PRICE_USD_PER_GPU_HOUR = 1e6       # above this a price is a typo (and costs stay finite)
 
 
@@ -127,6 +128,25 @@ def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, 
     return row
 
 
+def auto_gpu_counts(m, hw, pins, search_kwargs) -> list[int]:
+    """The default range: AUTO_COUNTS counts doubling from the smallest one that fits, one node (allocation unit)
+    times a power of two: from one node if a layout fits there, else from the count the search finds."""
+    unit = hw.alloc_gpus
+    try:
+        r = run_search(m, unit, hardware=hw, pins=pins, find_min_gpus=True, **search_kwargs)
+    except PlannerError as exc:
+        raise PlannerError("--gpus", f"none given, and one {unit}-GPU node cannot start a range: {exc}; give the "
+                                     "counts (256,512 or 256..16384)") from None
+    start = unit
+    if not len(r.table):
+        if not r.min_gpus_that_fit:
+            raise PlannerError("--gpus", f"none given, and no layout fits on {unit} GPUs nor on any count the "
+                                         "search tried; give the counts (256,512 or 256..16384)")
+        while start < r.min_gpus_that_fit:
+            start *= 2
+    return [start * 2**k for k in range(AUTO_COUNTS) if start * 2**k <= MAX_GPUS]
+
+
 def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError | None]:
     """The best fitting layout of one job as a row: `status` ok, "nothing fits in memory" or "no valid layout",
     and `reason`, why not (the closest layout's memory, or the top rejection); with the error when no layout is
@@ -176,23 +196,25 @@ def _frame(rows: list[dict], errors: list):
 
 
 @library_api
-def sweep(model="405b", gpus="256..16384", hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
+def sweep(model="405b", gpus=None, hardware=DEFAULT_HARDWARE, tokens=None, price_usd_per_gpu_hour=None,
           pue=None, **search_kwargs):
     """One row per GPU count with the best fitting layout (or why none fits), as a pandas DataFrame. Layout knobs
     may be pinned as in `search` (tp=8, recompute="full", or pins=Pins(...)); `df.attrs` names the hardware, the
     token budget, and the runtime and precision the rows were priced with. A PlannerError when no count has a valid
-    layout."""
+    layout. `gpus` None: AUTO_COUNTS counts doubling from the smallest that fits (auto_gpu_counts)."""
     from planner.specs.hardware import load_hardware
     from planner.specs.model import load_model
 
     tokens, price_usd_per_gpu_hour, pue = budget_arguments(tokens, price_usd_per_gpu_hour, pue)   # before the searches
     pins = pop_pins(search_kwargs, "sweep", ("model", "gpus", "hardware", "find_min_gpus"))
-    if is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
+    m, hw = load_model(model), load_hardware(hardware)
+    if gpus is None:
+        gpus = auto_gpu_counts(m, hw, pins, search_kwargs)
+    elif is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
         gpus = [gpus]                                  # one count (checked below like any other)
     counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
     if not counts:
         raise PlannerError("--gpus", "got no GPU counts, expected at least one")
-    m, hw = load_model(model), load_hardware(hardware)
     rows, errors = zip(*[_best_row(m, n, hw, pins, search_kwargs) for n in counts])
     df = _frame(list(rows), list(errors))
     df["tokens_per_s_per_gpu"] = df["tokens_per_s"] / df["gpus"]

@@ -313,3 +313,18 @@ def test_when_no_count_or_profile_has_a_valid_layout_the_error_lists_them_all(ca
         sweep("8b", [13])
     assert exc.value.message.startswith("no valid layout of llama-3.1-8b on 13 GPUs: ")
     assert sweep("8b", [7]).pp.tolist() == [7]
+
+
+def test_without_gpus_a_sweep_doubles_from_the_smallest_count_that_fits():
+    """Eight counts doubling from a node times the smallest power of two on which a layout fits (README)."""
+    assert list(sweep("8b").gpus) == [8 * 2**k for k in range(8)]            # one node fits
+    df = sweep("405b")
+    assert list(df.gpus) == [128 * 2**k for k in range(8)] and (df.status == "ok").all()
+    assert not len(run_search("405b", 64, find_min_gpus=False).table)       # half the first count does not fit
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--format", "json"])
+    assert res.exit_code == 0 and [r["gpus"] for r in json.loads(res.stdout)["rows"]][-1] == 1024
+    with pytest.raises(PlannerError) as info:                                 # a pin no node can start with
+        sweep("8b", tp=3)
+    assert info.value.field == "gpus" and "give the counts" in info.value.message      # the library's keyword
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--tp", "3"])
+    assert res.exit_code == 2 and "--gpus: none given" in res.output
