@@ -89,10 +89,15 @@ def block_recompute_share(layers_on_stage, k, vpp=1):
     of each of its v chunks of c layers. A stage splits into chunks of ⌈n/v⌉ layers but for one, which has what is
     left: an edge stage one layer short (the embedding/loss accounting) has one chunk of ⌈n/v⌉ − 1, one with
     explicit edge sizes v equal ones (v divides them). k = 0 means every layer."""
-    n, k, v = (np.asarray(x) for x in (layers_on_stage, k, vpp))
-    big = -(-n // np.maximum(v, 1))
-    done = (v - 1) * np.minimum(k, big) + np.minimum(k, np.maximum(n - (v - 1) * big, 0))
-    return np.where(k > 0, done / np.maximum(n, 1), 1.0)
+    n, k, v = np.broadcast_arrays(*(np.asarray(x) for x in (layers_on_stage, k, vpp)))
+    share = np.ones(n.shape)
+    some = k > 0                    # few rows recompute only some layers: the integer divisions only for those
+    if some.any():
+        n, k, v = n[some], k[some], v[some]
+        big = -(-n // np.maximum(v, 1))
+        done = (v - 1) * np.minimum(k, big) + np.minimum(k, np.maximum(n - (v - 1) * big, 0))
+        share[some] = done / np.maximum(n, 1)
+    return share
 
 
 def model_recompute_share(layers, pp, k, vpp=1):
