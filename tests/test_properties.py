@@ -64,6 +64,11 @@ def models(draw, realistic=False):
         kv_heads=kv, vocab=draw(st.integers(1000, 256_000), label="vocab"),
         seq_len=draw(st.integers(256, max_seq), label="seq_len"), gated_mlp=draw(st.booleans(), label="gated"),
         tied_embeddings=draw(st.booleans(), label="tied"),
+        # Gemma 2/3's block and Mistral/Gemma's sliding windows (on all layers or some)
+        post_norms=draw(st.booleans(), label="post_norms"), final_softcap=draw(st.booleans(), label="softcap"),
+        **draw(st.one_of(st.just({}), st.builds(lambda w, share: {"sliding_window": w, "window_layers": share},
+                                                st.integers(64, 8192), st.one_of(st.none(), st.integers(1, 2)))),
+               label="window"),
     )
     return mf.to_spec()
 
