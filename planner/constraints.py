@@ -70,7 +70,7 @@ def rules(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, allow_cross_node_tp
         (f"op-level recompute needs {fused}", not_op | bool(flash_attention)),
         ("op-level recompute with TP needs sequence parallelism", not_op | (t == 1) | np.asarray(sp, dtype=bool)),
         ("op-level recompute needs a model without biases or dropout (torchtitan's Llama)",
-         not_op | (not (m.bias or m.qkv_bias or m.dropout))),
+         not_op | (not (any(m.biased) or m.dropout))),
         ("sequence parallelism needs TP > 1", ~np.asarray(sp, dtype=bool) | (t > 1)),
         (f"sequence parallelism needs TP to divide the sequence ({s}) per CP rank",
          ~np.asarray(sp, dtype=bool) | ((s % cp == 0) & ((s // cp) % t == 0))),

@@ -363,3 +363,14 @@ def test_exports_carry_the_sliding_window_the_plan_priced():
         assert ("sliding window of 4,096 tokens" in ds_text + " ".join(ds_notes)) is binds
     ev = planner.evaluate("8b", 64, tp=1, cp=1, pp=1)
     assert "--window-size" not in export("megatron", ev.row, ev.result.model, ev.result.job)[0]
+
+
+def test_exports_note_biases_their_framework_cannot_build():
+    from dataclasses import replace
+    m = replace(planner.load_model("8b"), qkv_bias=True, out_bias=True, mlp_bias=True)
+    ev = planner.evaluate(m, 8, tp=1, cp=1, pp=1)
+    megatron = export("megatron", ev.row, m, ev.result.job)[0]
+    assert "--add-qkv-bias" in megatron and "biases on the attention output and the MLP" in megatron
+    assert "torchtitan's Llama has no biases" in export("torchtitan", ev.row, m, ev.result.job)[0]
+    plain = planner.evaluate("8b", 8, tp=1, cp=1, pp=1)
+    assert "biases on" not in export("megatron", plain.row, plain.result.model, plain.result.job)[0]

@@ -16,15 +16,15 @@ from planner.specs.model import ModelSpec
 def attention_params(m: ModelSpec) -> int:
     """W_q h·q + W_k, W_v h·kv each + W_o q·h = 2hq + 2h·kv (+ biases q + 2kv, + h on the output projection)."""
     weights = 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim
-    qkv_bias = m.q_dim + 2 * m.kv_dim if (m.bias or m.qkv_bias) else 0
-    return weights + qkv_bias + (m.hidden if m.bias else 0)
+    qkv, out, _ = m.biased
+    return weights + (m.q_dim + 2 * m.kv_dim if qkv else 0) + (m.hidden if out else 0)
 
 
 def mlp_params(m: ModelSpec) -> int:
     """Gated (SwiGLU): 3hF; plain GeLU: 2hF (+ biases: F, or 2F for the gate and up projections, + h)."""
     gated = 1 if m.gated_mlp else 0
     weights = (2 + gated) * m.hidden * m.ffn_hidden
-    return weights + ((1 + gated) * m.ffn_hidden + m.hidden if m.bias else 0)
+    return weights + ((1 + gated) * m.ffn_hidden + m.hidden if m.biased[2] else 0)
 
 
 def one_norm_params(m: ModelSpec) -> int:
@@ -87,8 +87,9 @@ def layer_params_per_gpu(m: ModelSpec, tp):
     one whole head per rank (replicated KV heads); the norms and the row-parallel layers' biases, which every rank
     adds after the all-reduce, replicated."""
     t = checked_array(tp, "tp", whole=True)
-    kv_row = m.hidden + (1 if m.bias or m.qkv_bias else 0)            # a K or V column: its weights (+ bias)
-    replicated = norm_params(m) + (2 * m.hidden if m.bias else 0)
+    qkv, out, mlp = m.biased
+    kv_row = m.hidden + (1 if qkv else 0)                               # a K or V column: its weights (+ bias)
+    replicated = norm_params(m) + m.hidden * (int(out) + int(mlp))    # the row-parallel layers' biases
     split = layer_params(m) - 2 * m.kv_dim * kv_row - replicated
     return split / t + 2 * kv_dim_per_rank(m, t) * kv_row + replicated
 

@@ -75,6 +75,12 @@ def block_note(framework: str, m, seq_len: int) -> str | None:
                      "block with fewer norms than planned")
     elif m.post_norms:
         notes.append("norms after attention and the MLP too (Gemma 2/3): the model code's block, as planned")
+    if (m.out_bias or m.mlp_bias) and not m.bias and framework != "deepspeed":
+        which = " and ".join(x for x, on in (("the attention output", m.out_bias), ("the MLP", m.mlp_bias)) if on)
+        builds = ("Megatron-LM biases every linear layer (--add-bias-linear) or Q, K and V alone (--add-qkv-bias)"
+                  if framework == "megatron" else "torchtitan's Llama has no biases")
+        notes.append(f"biases on {which} (Llama's attention_bias, mlp_bias): {builds}, so the exported model "
+                     "differs from the planned one by those few parameters per layer")
     if m.final_softcap:
         notes.append("the plan priced Gemma 2's soft-capping of the logits as separate kernels before the loss "
                      "(logits / c, tanh, · c); the model code must apply it")

@@ -140,8 +140,10 @@ def hf_fields(cfg: dict, name: str, where: str) -> dict:
             # transformers' defaults when the key is absent: the Gemma configs tie the embeddings, the others do not.
             gated_mlp=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, mtype in _GEMMA),
             norm="rmsnorm",
-            # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj (h more params, not counted).
+            # Qwen2 biases Q, K, V only; Llama's attention_bias also biases o_proj, its mlp_bias the MLP
             qkv_bias=_hf_bool(cfg, "attention_bias", where, mtype == "qwen2"),
+            out_bias=mtype != "qwen2" and _hf_bool(cfg, "attention_bias", where, False),
+            mlp_bias=_hf_bool(cfg, "mlp_bias", where, False),
             # Qwen3's and Gemma 3's q_norm and k_norm (RMSNorm over head_dim)
             qk_norm=mtype in ("qwen3", "gemma3_text"),
             # Gemma 2/3 decoder layers: pre- and post-norms around attention and the MLP; Gemma 2 soft-caps the

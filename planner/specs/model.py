@@ -44,6 +44,8 @@ class ModelSpec:
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False          # biases on every linear layer (GPT-2/3, Megatron GPT)
     qkv_bias: bool = False      # biases on Q, K, V only (Qwen2)
+    out_bias: bool = False      # a bias on the attention output projection (Llama's attention_bias: Q, K, V and O)
+    mlp_bias: bool = False      # biases on the MLP's linear layers (Llama's mlp_bias)
     learned_positions: bool = False
     dropout: bool = False       # dropout masks kept for backward (Korthikanti's GPT accounting)
     qk_norm: bool = False       # a norm over each head's queries and keys (Qwen3: q_norm, k_norm; --qk-layernorm)
@@ -73,7 +75,7 @@ class ModelSpec:
             value = getattr(self, f)
             if not is_int(value) or value < 1:
                 raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
-        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "learned_positions", "dropout", "qk_norm",
+        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "out_bias", "mlp_bias", "learned_positions", "dropout", "qk_norm",
                   "parallel_residual", "post_norms", "final_softcap"):
             if not isinstance(getattr(self, f), bool):
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
@@ -109,6 +111,11 @@ class ModelSpec:
     def window_binds(self, seq_len: int) -> bool:
         """Whether the sliding window is shorter than the sequence (else it is full causal attention)."""
         return self.sliding_window is not None and seq_len > self.sliding_window
+
+    @property
+    def biased(self) -> tuple[bool, bool, bool]:
+        """(Q/K/V, attention output, MLP) linear layers with biases."""
+        return self.bias or self.qkv_bias, self.bias or self.out_bias, self.bias or self.mlp_bias
 
     @property
     def layer_norms(self) -> int:
@@ -168,6 +175,8 @@ class ModelFile(BaseModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False
     qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
     learned_positions: bool = False
     dropout: bool = False
     qk_norm: bool = False
@@ -217,7 +226,7 @@ class ModelFile(BaseModel):
             kv_heads=self.kv_heads or self.heads, vocab=self.vocab, seq_len=self.seq_len,
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
-            qkv_bias=self.qkv_bias, learned_positions=self.learned_positions, dropout=self.dropout,
+            qkv_bias=self.qkv_bias, out_bias=self.out_bias, mlp_bias=self.mlp_bias, learned_positions=self.learned_positions, dropout=self.dropout,
             qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, post_norms=self.post_norms,
             final_softcap=self.final_softcap, rotary_fraction=self.rotary_fraction,
             description=self.description,

@@ -324,3 +324,20 @@ def test_partial_rotary_is_read_costs_full_and_is_exported(tmp_path):
         dataclasses.replace(m, rotary_fraction=0.0)
     with pytest.raises(PlannerError, match="rotary_fraction"):
         dataclasses.replace(m, learned_positions=True)
+
+
+def test_llama_attention_and_mlp_biases_are_counted(tmp_path):
+    """Llama's attention_bias biases q, k, v and o_proj; mlp_bias gate, up and down (transformers' LlamaAttention and
+    LlamaMLP): by hand, per layer (4096 + 2·1024) + 4096 and 2·14336 + 4096 more than Llama 3.1 8B, x32."""
+    base = total_params(load_model(write_config(tmp_path, LLAMA_31_8B_CONFIG, "plain")))
+    biased = load_model(write_config(tmp_path, {**LLAMA_31_8B_CONFIG, "attention_bias": True, "mlp_bias": True},
+                                     "biased"))
+    assert (biased.qkv_bias, biased.out_bias, biased.mlp_bias) == (True, True, True)
+    assert total_params(biased) - base == 32 * ((4096 + 2 * 1024) + 4096 + (2 * 14336 + 4096))
+    from planner.cost.params import layer_params_per_gpu
+    # on TP 8 the row-parallel biases (o_proj, down) stay whole on every rank, the rest splits
+    split = (4096 + 2 * 1024) + 2 * 14336
+    gap = layer_params_per_gpu(biased, 8) - layer_params_per_gpu(load_model("8b"), 8)
+    assert gap == pytest.approx(split / 8 + 2 * 4096)
+    qwen = load_model(write_config(tmp_path, QWEN2_05B_CONFIG, "qwen"))   # Q, K, V biased, o_proj not
+    assert (qwen.qkv_bias, qwen.out_bias, qwen.mlp_bias) == (True, False, False)
