@@ -75,8 +75,8 @@ class ModelSpec:
             value = getattr(self, f)
             if not is_int(value) or value < 1:
                 raise PlannerError(f"model {self.name}: {f}", f"got {value!r}, expected a positive integer")
-        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "out_bias", "mlp_bias", "learned_positions", "dropout", "qk_norm",
-                  "parallel_residual", "post_norms", "final_softcap"):
+        for f in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "out_bias", "mlp_bias", "learned_positions",
+                  "dropout", "qk_norm", "parallel_residual", "post_norms", "final_softcap"):
             if not isinstance(getattr(self, f), bool):
                 raise PlannerError(f"model {self.name}: {f}", f"got {getattr(self, f)!r}, expected true or false")
         if self.norm not in ("rmsnorm", "layernorm"):
@@ -226,7 +226,8 @@ class ModelFile(BaseModel):
             kv_heads=self.kv_heads or self.heads, vocab=self.vocab, seq_len=self.seq_len,
             global_batch_tokens=batch_tokens, head_dim=self.head_dim or self.hidden // self.heads,
             gated_mlp=self.gated_mlp, tied_embeddings=self.tied_embeddings, norm=self.norm, bias=self.bias,
-            qkv_bias=self.qkv_bias, out_bias=self.out_bias, mlp_bias=self.mlp_bias, learned_positions=self.learned_positions, dropout=self.dropout,
+            qkv_bias=self.qkv_bias, out_bias=self.out_bias, mlp_bias=self.mlp_bias,
+            learned_positions=self.learned_positions, dropout=self.dropout,
             qk_norm=self.qk_norm, parallel_residual=self.parallel_residual, post_norms=self.post_norms,
             final_softcap=self.final_softcap, rotary_fraction=self.rotary_fraction,
             description=self.description,
