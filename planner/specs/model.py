@@ -62,7 +62,7 @@ class ModelSpec:
     rotary_fraction: float = 1.0
     description: str = ""
     sliding_window: int | None = None   # attention window (Mistral 7B: 4,096 tokens); none: full causal attention
-    window_layers: int | None = None    # layers that attend within the window (Qwen2: from max_window_layers); none: all
+    window_layers: int | None = None    # layers attending within it (Qwen2: from max_window_layers on); none: all
     # MLP activation: silu (SwiGLU when gated), gelu (GeGLU when gated, Gemma), relu2 (squared ReLU, Nemotron-4).
     # The same FLOPs and bytes for the cost model; the exports need it. "" = silu if gated, else gelu.
     activation: str = ""
