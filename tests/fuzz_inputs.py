@@ -327,10 +327,14 @@ def random_hf_config(rng: random.Random):
     if r < 0.15:
         return base                                                                 # a valid one
     base["model_type"] = rng.choice([base["model_type"]] * 6 + ["bert", "t5", "LLAMA", "mistral", "qwen2", "qwen3",
-                                                                "gemma", "mixtral_dense", "", None, 7, ["llama"]])
+                                                                "gemma", "gemma2", "gemma3_text", "gemma3",
+                                                                "mixtral_dense", "", None, 7, ["llama"]])
     for _ in range(rng.randint(1, 4)):
         key = rng.choice(list(base) + ["num_key_value_heads", "head_dim", "n_inner", "tie_word_embeddings",
-                                       "attention_bias", "max_position_embeddings", "n_ctx", "unknown_field"])
+                                       "attention_bias", "max_position_embeddings", "n_ctx", "unknown_field",
+                                       "sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+                                       "sliding_window_pattern", "mlp_bias", "final_logit_softcapping",
+                                       "text_config"])
         op = rng.randrange(4)
         if op == 0:
             base.pop(key, None)
