@@ -113,15 +113,15 @@ def _working_bytes(full, kept):
 
 
 def logits_bytes(m: ModelSpec, seq_len, micro_batch, tp, sp, act_bytes=2, fused_cross_entropy=True):
-    """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the
-    logits of the cross-entropy (with Gemma 2's final soft-capping also the 16-bit tanh output its backward
-    needs, transformers' Gemma2ForCausalLM: logits / c, tanh, · c). Fused (Megatron's vocab-parallel kernel works
-    in place on the fp32 logits): 4
-    bytes per logit (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP). PyTorch's cross_entropy on logits
-    cast to fp32 (torchtitan's loss: F.cross_entropy(pred.float(), labels)) peaks as the backward starts, with all
-    activations still held: log_softmax keeps its fp32 output for its backward (derivatives.yaml: it saves
-    `result`), nll_loss's backward writes a dense fp32 gradient of it and log_softmax's backward the fp32 gradient of
-    the logits, 12 bytes per logit (the forward's 16-bit logits, fp32 copy and output are 10)."""
+    """Last stage, one micro-batch: the final norm's input and the output layer's input (16-bit each) and the logits
+    of the cross-entropy (with Gemma 2's final soft-capping also the 16-bit tanh output its backward needs,
+    transformers' Gemma2ForCausalLM: logits / c, tanh, · c). Fused (Megatron's vocab-parallel kernel works in place
+    on the fp32 logits): 4 bytes per logit (formulas.md §3.4; Korthikanti's 4sbh(1 + V/h)/t with SP). PyTorch's
+    cross_entropy on logits cast to fp32 (torchtitan's loss: F.cross_entropy(pred.float(), labels)) peaks as the
+    backward starts, with all activations still held: log_softmax keeps its fp32 output for its backward
+    (derivatives.yaml: it saves `result`), nll_loss's backward writes a dense fp32 gradient of it and log_softmax's
+    backward the fp32 gradient of the logits, 12 bytes per logit (the forward's 16-bit logits, fp32 copy and output
+    are 10)."""
     sb, t = tokens_and_tp(seq_len, micro_batch, tp)
     sp = checked_flag(sp, "sp")
     per_logit = np.where(checked_flag(fused_cross_entropy, "fused_cross_entropy"), 4.0, 12.0) + (

@@ -45,11 +45,11 @@ def plan_line(row) -> str | None:
 
 def block_note(framework: str, m, seq_len: int) -> str | None:
     """The transformer block the plan priced where the framework builds another: a parallel residual
-    (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it is
-    the model code's; Gemma 2/3's post-norms and Gemma 2's logit soft-capping; torchtitan's models rotate every head
-    dimension (ModelSpec.rotary_fraction); a sliding window
-    shorter than the sequence is Megatron's --window-size, absent from torchtitan's Llama (its FlexAttention
-    sliding-window mask serves gpt-oss) and the model code's under DeepSpeed; None for a block it builds as planned."""
+    (ModelSpec.parallel_residual) is not in Megatron-LM's arguments or torchtitan's models, and under DeepSpeed it
+    is the model code's; Gemma 2/3's post-norms and Gemma 2's logit soft-capping; torchtitan's models rotate every
+    head dimension (ModelSpec.rotary_fraction); a sliding window shorter than the sequence is Megatron's
+    --window-size, absent from torchtitan's Llama (its FlexAttention sliding-window mask serves gpt-oss) and the
+    model code's under DeepSpeed; None for a block it builds as planned."""
     notes = []
     if m.window_binds(seq_len) and m.window_layers is not None:
         notes.append(f"the sliding window covers {m.window_layers} of the {m.layers} layers (the others attend to "
