@@ -2,8 +2,9 @@
 windows (formulas.md §4-§6), composed per layout for cost.step.
 
 The search hands over its candidates in blocks of one TP x CP x PP x DP layout (and hybrid-sharding degree), and
-the data-parallel collectives depend on those degrees alone, so they are priced once per run of equal degrees
-(layout_runs) and spread over the run's rows: the same numbers, element by element, as pricing every row.
+the data-parallel collectives depend on those degrees alone, so they are priced once per layout (layout_runs:
+runs of equal degrees, or equal degrees found by sorting where rows of layouts interleave) and spread over its
+rows: the same numbers, element by element, as pricing every row.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ _LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "dp_replicate")
 
 
 def layout_runs(c: dict):
-    """(the layouts' degree columns, first row of each run of rows with equal degrees, each row's run): what
-    placed_comm prices once per layout. Scalar columns (one layout) come back as given, with (None, None)."""
+    """(the layouts' degree columns, a row of each layout, each row's layout): what placed_comm prices once per
+    layout. Rows of one layout usually come in runs (the search's blocks); where they do not (hybrid-sharding
+    variants, drawn from every block), equal degrees are found by sorting one mixed-radix key. Scalar columns (one
+    layout) come back as given, with (None, None)."""
     cols = np.broadcast_arrays(*(np.asarray(c.get(k, 1)) for k in _LAYOUT_KEYS))
     if cols[0].ndim != 1 or len(cols[0]) < 2:
         return {k: c.get(k, 1) for k in _LAYOUT_KEYS}, None, None
@@ -29,6 +32,17 @@ def layout_runs(c: dict):
     for col in cols:
         change[1:] |= col[1:] != col[:-1]
     first = np.flatnonzero(change)
+    radix = [int(col.max()) + 1 for col in cols]         # degrees are whole and at least 1
+    if 4 * len(first) > len(change) and np.prod(radix, dtype=float) < 2**62:
+        key = np.zeros(len(change), dtype=np.int64)
+        for col, r in zip(cols, radix):
+            key = key * r + col.astype(np.int64)
+        _, first, row_layout = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(first)                      # the layouts in the order they first appear, as runs are
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, row_layout = first[order], rank[row_layout.reshape(-1)]
+        return {k: col[first] for k, col in zip(_LAYOUT_KEYS, cols)}, first, row_layout
     return {k: col[first] for k, col in zip(_LAYOUT_KEYS, cols)}, first, np.cumsum(change) - 1
 
 

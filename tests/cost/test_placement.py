@@ -23,6 +23,12 @@ def test_layout_runs_by_hand():
     assert one["dp_replicate"].tolist() == [1, 1, 1]
     scalar = {"tp": 8, "cp": 1, "pp": 2, "dp": 4}
     assert layout_runs(scalar)[1:] == (None, None)
+    # rows of two layouts taking turns (hybrid-sharding variants): each layout once, in order of first appearance
+    c = {"tp": np.array([8, 4, 8, 4, 8, 4]), "cp": 1, "pp": 2, "dp": np.array([2, 4, 2, 4, 2, 4]),
+         "dp_replicate": np.array([2, 1, 2, 1, 2, 1])}
+    one, first, runs = layout_runs(c)
+    assert first.tolist() == [0, 1] and runs.tolist() == [0, 1, 0, 1, 0, 1]
+    assert one["tp"].tolist() == [8, 4] and one["dp_replicate"].tolist() == [2, 1]
 
 
 def _candidates(model, gpus, hardware, rows):
