@@ -219,6 +219,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
     best_parts, best_total, best_stage = None, None, None
     shards = shard_group(d, c, dp_replicate)
     group = interleave_group_size(p, num_microbatches, vpp)          # the same for every stage
+    first_inputs = first_chunk_in_flight(p, num_microbatches, vpp, group) * embedded
     for states, layers_r, r in zip(stage_state_bytes(m, t, p, shards, zero, precision), layers, stage_idx):
         transient = zero3_transient_bytes(layer_unit, edge_unit, r == 0, r == p - 1, precision)
         # Block method: a share f of this stage's layers keeps only its input, the rest everything.
@@ -229,7 +230,7 @@ def memory_breakdown(m: ModelSpec, seq_len, tp, pp, dp, micro_batch, num_microba
             * (f * act + (1 - f) * act_none)
             + np.where(r == p - 1, logits, 0.0)
             # the first stage keeps its in-flight micro-batches' token ids and embedding dropout masks
-            + np.where(r == 0, first_chunk_in_flight(p, num_microbatches, vpp, group) * embedded, 0.0),
+            + np.where(r == 0, first_inputs, 0.0),
             "gathered": np.where(zero3, transient, 0.0),
             "other": overhead_bytes + work,
         }
