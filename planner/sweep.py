@@ -128,9 +128,10 @@ def add_budget_to_row(row: dict, tokens, gpus, hw, price_usd_per_gpu_hour=None, 
     return row
 
 
-def auto_gpu_counts(m, hw, pins, search_kwargs) -> list[int]:
+def auto_gpu_counts(m, hw, pins, search_kwargs) -> tuple[list[int], dict]:
     """The default range: AUTO_COUNTS counts doubling from the smallest one that fits, one node (allocation unit)
-    times a power of two: from one node if a layout fits there, else from the count the search finds."""
+    times a power of two: from one node if a layout fits there, else from the count the search finds; with
+    {count: search result} for the one node where it is the first count (not searched again)."""
     unit = hw.alloc_gpus
     try:
         r = run_search(m, unit, hardware=hw, pins=pins, find_min_gpus=True, **search_kwargs)
@@ -144,15 +145,16 @@ def auto_gpu_counts(m, hw, pins, search_kwargs) -> list[int]:
                                          "search tried; give the counts (256,512 or 256..16384)")
         while start < r.min_gpus_that_fit:
             start *= 2
-    return [start * 2**k for k in range(AUTO_COUNTS) if start * 2**k <= MAX_GPUS]
+    counts = [start * 2**k for k in range(AUTO_COUNTS) if start * 2**k <= MAX_GPUS]
+    return counts, ({unit: r} if start == unit else {})
 
 
-def _best_row(m, gpus: int, hw, pins, search_kwargs) -> tuple[dict, PlannerError | None]:
+def _best_row(m, gpus: int, hw, pins, search_kwargs, searched=None) -> tuple[dict, PlannerError | None]:
     """The best fitting layout of one job as a row: `status` ok, "nothing fits in memory" or "no valid layout",
     and `reason`, why not (the closest layout's memory, or the top rejection); with the error when no layout is
-    valid (bad input for that job)."""
+    valid (bad input for that job). `searched`: the job's search result where the caller has it."""
     try:
-        r = run_search(m, gpus, hardware=hw, pins=pins, find_min_gpus=False, **search_kwargs)
+        r = searched or run_search(m, gpus, hardware=hw, pins=pins, find_min_gpus=False, **search_kwargs)
     except PlannerError as exc:                   # a pin or value this job cannot take (e.g. --tp not dividing it)
         return ({"gpus": gpus, "status": "no valid layout", "reason": str(exc), "fits": False,
                  "tokens_per_s": np.nan}, exc)
@@ -208,14 +210,15 @@ def sweep(model="405b", gpus=None, hardware=DEFAULT_HARDWARE, tokens=None, price
     tokens, price_usd_per_gpu_hour, pue = budget_arguments(tokens, price_usd_per_gpu_hour, pue)   # before the searches
     pins = pop_pins(search_kwargs, "sweep", ("model", "gpus", "hardware", "find_min_gpus"))
     m, hw = load_model(model), load_hardware(hardware)
+    searched = {}
     if gpus is None:
-        gpus = auto_gpu_counts(m, hw, pins, search_kwargs)
+        gpus, searched = auto_gpu_counts(m, hw, pins, search_kwargs)
     elif is_int(gpus) or not isinstance(gpus, (str, list, tuple, set, range, np.ndarray)):
         gpus = [gpus]                                  # one count (checked below like any other)
     counts = parse_gpu_counts(gpus) if isinstance(gpus, str) else sorted(set(checked_int(g, "--gpus") for g in gpus))
     if not counts:
         raise PlannerError("--gpus", "got no GPU counts, expected at least one")
-    rows, errors = zip(*[_best_row(m, n, hw, pins, search_kwargs) for n in counts])
+    rows, errors = zip(*[_best_row(m, n, hw, pins, search_kwargs, searched.get(n)) for n in counts])
     df = _frame(list(rows), list(errors))
     df["tokens_per_s_per_gpu"] = df["tokens_per_s"] / df["gpus"]
     ok = df["tokens_per_s_per_gpu"].notna()
