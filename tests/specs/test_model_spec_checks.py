@@ -43,3 +43,20 @@ def test_every_bundled_spec_passes_its_checks():
         assert planner.load_model(f.name).name == f.name
     for h in planner.list_hardware():
         assert planner.load_hardware(h.name).name == h.name
+
+
+def test_readme_model_file_section_names_every_field():
+    """README "Model files" lists every field a model file may hold, and its YAML block is a valid model file."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from planner.specs._files import validate
+    from planner.specs.model import ModelFile
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("### Model files", 1)[1].split("\n### ", 1)[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    fields = set(ModelFile.model_fields)
+    assert fields <= set(re.findall(r"[a-z_]+", block)), fields - set(re.findall(r"[a-z_]+", block))
+    validate(ModelFile, yaml.safe_load(block), "README").to_spec()      # its keys are fields, its values valid
