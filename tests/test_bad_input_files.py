@@ -63,6 +63,12 @@ MODEL_FILE_CASES = [
      ["hidden", "4001", "heads"]),
     ("bad-norm", "norm.yaml", PRESET_8B.read_text().replace("norm: rmsnorm", "norm: batchnorm"),
      ["norm", "batchnorm"]),
+    ("window-layers-without-window", "wl.yaml", PRESET_8B.read_text() + "window_layers: 8\n",
+     ["window_layers", "8", "sliding_window"]),
+    ("window-layers-past-the-layers", "wl2.yaml", PRESET_8B.read_text() + "sliding_window: 4096\nwindow_layers: 40\n",
+     ["window_layers", "40", "32 layers"]),
+    ("post-norms-with-parallel-residual", "pn.yaml",
+     PRESET_8B.read_text() + "post_norms: true\nparallel_residual: true\n", ["post_norms", "parallel_residual"]),
     ("not-utf8", "latin1.yaml", None, ["--model"]),
     # strict types: YAML booleans, quoted numbers, floats and words are not silently coerced
     ("bool-heads", "bh.yaml", PRESET_8B.read_text().replace("heads: 32", "heads: true"), ["heads", "integer", "True"]),
