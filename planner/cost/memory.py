@@ -75,7 +75,7 @@ def activation_bytes_with_none(m: ModelSpec, seq_len, micro_batch, tp, sp, recom
     # Inputs of the two norms, of QKV and of the MLP; two 1-byte dropout masks. Replicated across TP unless SP.
     # A parallel residual's second norm reads the layer input, already kept for the first: three tensors, not four.
     # Post-norms (Gemma 2/3) keep their inputs too, the attention and MLP outputs after the TP reduction: six.
-    replicated = sb * h * ((3 if m.parallel_residual else 4 + m.layer_norms - 2) * e + 2 * drop)
+    replicated = sb * h * ((3 if m.parallel_residual else 2 + m.layer_norms) * e + 2 * drop)
     # Q, K, V, attention-out input; MLP intermediates (gated: gate, up, product; plain: GeLU input and output).
     split = e * sb * 2 * m.q_dim + e * sb * m.ffn_hidden * (3 if m.gated_mlp else 2)
     # K and V (whole heads per rank when t > g). Unfused attention widens them to every query head before the score

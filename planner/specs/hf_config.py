@@ -107,7 +107,9 @@ def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
                                       f"{types!r}"[:200])
         sliding = sum(t == "sliding_attention" for t in types)
     elif mtype in _WINDOW_PATTERN:
-        every = cfg.get("sliding_window_pattern", _WINDOW_PATTERN[mtype]) if mtype == "gemma3_text" else 2
+        every = _WINDOW_PATTERN[mtype]
+        if mtype == "gemma3_text":                     # Gemma 2's pattern is fixed; Gemma 3's a config field
+            every = cfg.get("sliding_window_pattern", every)
         if not is_int(every) or every < 1:
             raise PlannerError(where, f"field 'sliding_window_pattern' must be a positive integer, got {every!r}")
         sliding = layers - layers // every
