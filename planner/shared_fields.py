@@ -16,6 +16,10 @@ def text_of(value) -> str:
     return "" if value is None else str(value).lower()
 
 
+# What a source writes when it does not say (the knob is then searched, as for null).
+_UNSTATED = ("", "n/a", "na", "unknown", "not stated", "?", "null", "none stated")
+
+
 _ORDINALS = {"other": 2, "2nd": 2, "second": 2, "3rd": 3, "third": 3}
 
 
@@ -26,7 +30,7 @@ def recompute_mode(value) -> str | None:
     uniform method recomputes every layer (in groups): full. Micro-batch-level, custom and other partial policies
     are not expressible."""
     text = text_of(value).strip()
-    if text in ("", "n/a", "na", "unknown", "not stated", "?"):
+    if text in _UNSTATED:
         return None
     unknown = Skip(f"recompute {value!r}: only none, selective (the attention core), full (of every layer, every"
                    " n-th layer or the first n of each chunk) and torchtitan's per-op policy are modelled")
@@ -123,9 +127,21 @@ def dp_replicate_of(value) -> int | None:
     return int(m.group(1))
 
 
+def offloaded(*texts) -> str | None:
+    """The text naming CPU or NVMe offload of model states or activations (ZeRO-Offload, ZeRO-Infinity, FSDP's
+    CPUOffload), which the planner cannot price (every state is priced in HBM), or None; "no offload" is not."""
+    for text in texts:
+        text = text_of(text)
+        if re.search(r"offload|zero-?infinity|nvme", text) and not re.search(
+                r"\b(no|without|not|disabled)\s+(\w+\s+)?(offload|zero-?infinity|nvme)|offload\w*\W+(false|none|off)\b",
+                text):
+            return text
+    return None
+
+
 def zero_stage_of(value) -> int | None:
-    text = text_of(value)
-    if not text:
+    text = text_of(value).strip()
+    if text in _UNSTATED:
         return None
     if dp_replicate_of(value) is not None:
         # A stated stage; Megatron's distributed-optimizer instances are ZeRO-1 in groups; FSDP HYBRID_SHARD shards
@@ -142,7 +158,7 @@ def zero_stage_of(value) -> int | None:
         # Parameters kept gathered after the forward (FSDP SHARD_GRAD_OP, reshard_after_forward=False): ZeRO-2.
         keep = r"(not|no|never)\s+reshard|reshard_after_forward\W+(false|never)|shard_grad_op"
         return 2 if re.search(keep, text) else 3
-    if re.search(r"distributed.optimizer", text):
+    if re.search(r"distributed.optimizer|dist-?opt\b|optimizer.states?.shard|shard\w*.optimizer", text):
         return 1                       # Megatron's distributed optimizer shards optimizer states: ZeRO-1
     if re.search(r"^\s*(none|no|off|false|disabled)\b", text):
         return 0

@@ -5,7 +5,7 @@ That format describes each run in the words of its source: `gpu: "A100-SXM4-80GB
 `zero_stage: "FSDP FULL_SHARD"`, null where the source is silent. `convert_run` maps one such run onto the
 planner's own run schema (planner/data/published_runs.yaml) with fixed, documented rules, and records every rule it
 applied under `assumptions`; a run the cost model cannot express (MoE, expert parallelism, FP8 or 32-bit training,
-hybrid sharding, TPUs, per-op recompute, no GPU count, a gated MLP of unstated width, ...) is returned as skipped
+hybrid sharding of unstated degree, CPU/NVMe offload, TPUs, micro-batch-level recompute, no GPU count, a gated MLP of unstated width, ...) is returned as skipped
 with the reason. Nothing here is tuned to a run: the same rules apply to every file.
 
 Rules (each one is why, briefly):
@@ -51,6 +51,7 @@ from planner.shared_fields import (
     dp_replicate_of,
     flash_generation,
     hardware_of,
+    offloaded,
     recompute_of,
     text_of,
     year_of,
@@ -342,6 +343,8 @@ def convert_run(run: dict) -> tuple[dict | None, str | None]:
             raise Skip("mixture-of-experts model: not a dense decoder")
         if not run.get("num_gpus"):
             raise Skip("GPU count not stated")
+        if where := offloaded(run.get("zero_stage"), run.get("framework"), run.get("precision")):
+            raise Skip(f"offload to CPU or NVMe ({where!r}): not modelled (every state is priced in HBM)")
         year = year_of(run)
         notes: dict[str, str] = {}
         hardware = hardware_of(run, year, notes)

@@ -91,10 +91,31 @@ def test_recompute_words(text, code):
                                          ("ZeRO-1 (BF16_Optimizer's own stage-1 sharding)", 1),
                                          ("distributed optimizer", 1), ("--use-distributed-optimizer", 1),
                                          ("none", 0), ("FSDP NO_SHARD", 0), ("DDP", 0),
-                                         ("FSDP (parameters not resharded after forward)", 2)])
+                                         ("FSDP (parameters not resharded after forward)", 2),
+                                         ("dist-opt", 1), ("optimizer state sharding", 1), ("sharded optimizer", 1),
+                                         ("ZeRO-3, no offload", 3)])
 def test_zero_stage_words(text, stage):
     # without PP: FSDP under PP holds ZeRO-1's states (test_fsdp_under_pp_is_imported_as_what_it_holds)
     assert convert_run(_run(zero_stage=text, pp=1))[0]["layout"]["zero_stage"] == stage
+
+
+@pytest.mark.parametrize("field", ["zero_stage", "recompute"])
+@pytest.mark.parametrize("text", ["N/A", "unknown", "not stated", "null"])
+def test_words_for_unstated_leave_the_knob_searched(field, text):
+    converted, why = convert_run(_run(**{field: text}, pp=1))
+    assert why is None and field not in converted["layout"]
+    assert convert_run(_run(**{field: None}, pp=1))[0]["layout"] == converted["layout"]
+
+
+@pytest.mark.parametrize("field, text", [("zero_stage", "ZeRO-2 + CPU offload"), ("zero_stage", "ZeRO-Infinity"),
+                                         ("framework", "DeepSpeed ZeRO-Offload"), ("zero_stage", "FSDP (CPUOffload)"),
+                                         ("precision", "bf16, optimizer offloaded to NVMe")])
+def test_offload_is_refused_with_its_words(field, text):
+    """Offloaded states move over PCIe and their optimizer step runs on the CPU: priced in HBM, the run would be
+    far too fast, so it is skipped, naming the words; "no offload" is no offload."""
+    converted, why = convert_run(_run(**{field: text}))
+    assert converted is None and "offload to CPU or NVMe" in why and text.lower() in why
+    assert convert_run(_run(zero_stage="ZeRO-1 (no offload)"))[1] is None
 
 
 def test_era_defaults_fill_what_older_stacks_could_not_do():
