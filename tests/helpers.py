@@ -51,6 +51,18 @@ def gpt2_small_core() -> dict:
     return {k: full[k] for k in ("model_type", "n_layer", "n_embd", "n_head", "vocab_size", "n_positions")}
 
 
+def hf_model(tmp_path, cfg: dict, name: str):
+    """The model a config.json holding `cfg` loads as, from a checkpoint directory called `name` (its name)."""
+    import json
+
+    import planner
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return planner.load_model(d)
+
+
 def zero3_pays_off(m, tp: int, pp: int, dp: int, param_bytes=2, grad_bytes=4) -> bool:
     """Whether ZeRO-3 can only lower memory against ZeRO-2 on every pipeline stage: it saves the sharded 16-bit
     weights, param_bytes·P_stage·(1 − 1/d), and adds the gathered units' transients (memory.zero3_transient_bytes:

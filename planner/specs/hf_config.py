@@ -1,5 +1,5 @@
 """HuggingFace config.json files read as the planner's model fields (specs.model validates them as a model file):
-llama, mistral, qwen2, qwen3 and gemma, gemma2, gemma3_text (Llama-like), gpt2 and gpt_neox; transformers' defaults
+llama, mistral, phi3, qwen2, qwen3 and gemma, gemma2, gemma3_text (Llama-like), starcoder2, gpt2 and gpt_neox; transformers' defaults
 where a key is absent. What a dense model cannot express (experts, quantization, ...) is refused, never planned as
 another model."""
 
@@ -11,14 +11,17 @@ from planner.errors import PlannerError
 DEFAULT_HF_SEQ_LEN = 4096
 
 _GEMMA = {"gemma", "gemma2", "gemma3_text"}
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"} | _GEMMA
+_LLAMA_LIKE = {"llama", "mistral", "phi3", "qwen2", "qwen3"} | _GEMMA
+# Those whose attention applies sliding_window on every layer whenever the config sets it (transformers' Mistral,
+# Phi3 and Starcoder2 attention pass config.sliding_window to every layer).
+_WINDOW_WHEN_SET = {"mistral", "phi3", "starcoder2"}
 # transformers' head_dim when a config leaves it out: Qwen3Config 128, the Gemma configs 256, else hidden / heads.
 _HF_HEAD_DIM = {"qwen3": 128, "gemma": 256, "gemma2": 256, "gemma3_text": 256}
 # Gemma 2 and 3 window every layer but each n-th (transformers' Gemma2Config: every second; Gemma3TextConfig:
 # sliding_window_pattern, 6 by default: "sliding_attention" if bool((i + 1) % pattern) else "full_attention").
 _WINDOW_PATTERN = {"gemma2": 2, "gemma3_text": 6}
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
-_HF_TYPES = "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gpt2, gpt_neox"       # what hf_fields reads
+_HF_TYPES = "llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gemma3_text, starcoder2, gpt2, gpt_neox"       # what hf_fields reads
 
 
 def _hf_field(cfg: dict, key: str, where: str, default=None):
@@ -93,12 +96,12 @@ def _hf_window(cfg: dict, mtype: str, where: str) -> tuple[int, int | None]:
     sliding_window whenever it is set, on every layer; Qwen2/Qwen3 only with use_sliding_window true, and then on
     the layers from max_window_layers (default 28) on (transformers' configuration_qwen2.py); Gemma 2 and 3 on all
     but every n-th layer (_WINDOW_PATTERN); an explicit layer_types on those it names sliding_attention."""
-    default_on = mtype == "mistral" or mtype in _WINDOW_PATTERN
+    default_on = mtype in _WINDOW_WHEN_SET or mtype in _WINDOW_PATTERN
     active = cfg.get("use_sliding_window") is True if "use_sliding_window" in cfg else default_on
     # Gemma2Config and Gemma3TextConfig default to a 4,096-token window; the others to none
     window = _hf_field(cfg, "sliding_window", where, 4096 if mtype in _WINDOW_PATTERN else 0) if active else 0
     types = cfg.get("layer_types")
-    if not window or (mtype == "mistral" and types is None):
+    if not window or (mtype in _WINDOW_WHEN_SET and types is None):
         return window, None
     layers = _hf_field(cfg, "num_hidden_layers", where)
     if types is not None:
@@ -154,6 +157,26 @@ def hf_fields(cfg: dict, name: str, where: str) -> dict:
             final_softcap=mtype == "gemma2" and cfg.get("final_logit_softcapping", 30.0) is not None,
             activation=_hf_activation(cfg, where, "hidden_activation", "hidden_act") if mtype in _GEMMA else
             _hf_activation(cfg, where, "hidden_act"),
+            # Phi-3/Phi-4's partial_rotary_factor (Phi3Config's default 1.0: every dimension)
+            rotary_fraction=_hf_float(cfg, "partial_rotary_factor", where, 1.0) if mtype == "phi3" else None,
+        )
+    elif mtype == "starcoder2":
+        heads = _hf_field(cfg, "num_attention_heads", where)
+        drops = [cfg.get(k, 0.0) for k in ("attention_dropout", "residual_dropout", "embedding_dropout")]
+        if any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1 for d in drops):
+            raise PlannerError(where, f"fields attention_dropout, residual_dropout, embedding_dropout must be numbers "
+                                      f"in [0, 1), got {drops!r}")
+        fields = dict(
+            layers=_hf_field(cfg, "num_hidden_layers", where), hidden=_hf_field(cfg, "hidden_size", where),
+            ffn_hidden=_hf_field(cfg, "intermediate_size", where), heads=heads,
+            kv_heads=_hf_field(cfg, "num_key_value_heads", where, heads), vocab=_hf_field(cfg, "vocab_size", where),
+            seq_len=min(_hf_field(cfg, "max_position_embeddings", where, DEFAULT_HF_SEQ_LEN), DEFAULT_HF_SEQ_LEN),
+            sliding_window=window or None,
+            # Starcoder2Config's defaults: LayerNorm, a plain GeLU MLP (c_fc, c_proj), biases on every linear layer
+            # (use_bias), tied embeddings; dropout where any of its three rates is set
+            gated_mlp=False, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, True), norm="layernorm",
+            bias=_hf_bool(cfg, "use_bias", where, True), dropout=any(d > 0 for d in drops),
+            activation=_hf_activation(cfg, where, "hidden_act"),
         )
     elif mtype == "gpt2":
         hidden = _hf_field(cfg, "n_embd", where)
