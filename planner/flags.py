@@ -202,7 +202,7 @@ def runtime_flags(flash_attention: bool | None, flash_gen: str | None, cp_comm: 
         raise PlannerError("--cp-comm", f"got {cp_comm!r}, expected ring or allgather")
     gen = flash_gen.strip() if flash_gen is not None else None
     if gen is not None and gen not in [str(g) for g in FLASH_GENERATIONS]:
-        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1 or 2")
+        raise PlannerError("--flash-attention-gen", f"got {flash_gen!r}, expected 1, 2 or 3")
     if tp_comm_overlap and sp is False:        # Megatron asserts it; the cost model ignores it
         raise PlannerError("--tp-comm-overlap", "needs sequence parallelism; drop --no-sequence-parallel or this flag")
     if tp_comm_overlap and tp == 1:

@@ -35,8 +35,9 @@ def flash_attention_opt():
 
 
 def flash_gen_opt():
-    return typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 (default: FlashAttention-2, "
-                        "cuDNN fused attention) or 1 (FlashAttention-1, its Triton port: half the rate).")
+    return typer.Option(None, "--flash-attention-gen", help="FlashAttention generation: 2 (default: FlashAttention-2 "
+                        "class), 1 (FlashAttention-1, its Triton port: half the rate) or 3 (FlashAttention-3, cuDNN's "
+                        "fused attention on Hopper: 1.5x).")
 
 
 def cp_comm_opt():
@@ -95,7 +96,7 @@ _METAVARS = {
     "--nic-gbit-per-s": "GBIT", "--seq-len": "TOKENS", "--global-batch": "SEQS", "--global-batch-tokens": "TOKENS",
     "--top": "N", "--tp": "N", "--cp": "N", "--pp": "N", "--dp": "N", "--micro-batch": "SEQS", "--vpp": "N",
     "--recompute": "MODE", "--recompute-layers": "N", "--zero": "STAGE", "--dp-replicate": "N",
-    "--headroom-gib": "GIB", "--flash-attention-gen": "1|2", "--cp-comm": "ring|allgather", "--tokens": "TOKENS",
+    "--headroom-gib": "GIB", "--flash-attention-gen": "1|2|3", "--cp-comm": "ring|allgather", "--tokens": "TOKENS",
     "--price-per-gpu-hour": "USD", "--pue": "RATIO", "--sort": "KEY", "--output": "FILE", "--export": "FORMAT",
     "--plot": "FILE", "--group": "TEXT",
 }

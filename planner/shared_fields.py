@@ -175,14 +175,21 @@ def zero_stage_of(value) -> int | None:
 _KERNEL = r"(flash.?(attn|attention)|\bfa\b)"
 _FLASH_V2 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*[23](?!\d)|\bfa[ -]?v?[23]\b|"
                        r"(flash|attention)[^,;]*\(v?[23](\.\d+)*\)|cudnn[^,;]*(attn|attention)")
+# FlashAttention-3 class where the hardware runs it (Hopper): FA3 named, its flash_attn_interface, or cuDNN's fused
+# attention (Transformer Engine's NVTE_FUSED_ATTN=1), which the FA3 paper measures at FA3's speed (its Fig. 5).
+_FLASH_V3 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*3(?!\d)|\bfa[ -]?v?3\b|flash_attn_interface|"
+                       r"(flash|attention)[^,;]*\(v?3(\.\d+)*\)|cudnn[^,;]*(attn|attention)|nvte_fused_attn\W*1")
 _FLASH_V1 = re.compile(_KERNEL + r"[ _-]*\(?(v|==|>=|~=|:|version)?\s*(1|0\.\d)(?!\d)|\bfa[ -]?v?1\b|"
                        r"(flash|attention)[^,;]*\(v?1(\.\d+)*\)|triton[ _-]*(flash|attn|attention|fa\b)|"
                        + _KERNEL + r"[ _-]*\(?triton")
 
 
-def flash_generation(fw: str, year: int | None) -> int:
+def flash_generation(fw: str, year: int | None, gen3: bool = False) -> int:
     """The generation the framework names, else the year's: FlashAttention-2 (July 2023) reached the stacks around
-    January 2024 (PyTorch 2.2's SDPA, Transformer Engine), so a 2023 run that names none used the first."""
+    January 2024 (PyTorch 2.2's SDPA, Transformer Engine), so a 2023 run that names none used the first. `gen3`:
+    the hardware runs FlashAttention-3-class kernels (its profile has their rate), where FA3 or cuDNN named is 3."""
+    if gen3 and _FLASH_V3.search(fw):
+        return 3
     if _FLASH_V2.search(fw):
         return 2
     if _FLASH_V1.search(fw):

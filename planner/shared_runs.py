@@ -256,7 +256,7 @@ def _runtime(run: dict, year: int | None, zero: int | None, hardware: str) -> di
           # pipeline sends split over TP ranks: DeepSpeed's engine, and Megatron-LM until Megatron-Core (2023)
           "pp_scatter_gather": deepspeed or (year is not None and year < 2023)}
     if rt["flash_attention"]:
-        rt["flash_attention_gen"] = flash_generation(fw, year)
+        rt["flash_attention_gen"] = flash_generation(fw, year, load_hardware(hardware).attention_gen3_rate is not None)
     if deepspeed and zero == 1 and re.search(r"bf16|bfloat16", text_of(run.get("precision"))) and (year or 0) >= 2022:
         rt["zero1_all_reduce"] = True       # BF16_Optimizer (DeepSpeed, February 2022 on): whole-gradient all-reduce
     if deepspeed and zero == 3:

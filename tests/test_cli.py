@@ -204,14 +204,14 @@ def test_cp_comm_choice(capsys):
 
 def test_flash_attention_generation_flag(capsys):
     """--flash-attention-gen 1 prices FlashAttention-1 / its Triton port at half the FlashAttention-2 rate: at 32K
-    tokens, where attention is a large share, the step is longer; anything but 1 or 2 is one line, exit 2."""
+    tokens, where attention is a large share, the step is longer; anything but 1, 2 or 3 is one line, exit 2."""
     args = ["--model", "8b", "--gpus", "8", "--seq-len", "32768", "--global-batch", "16", "--tp", "1", "--cp", "1",
             "--pp", "1", "--dp", "8", "--format", "json"]
     fa2 = json.loads(runner.invoke(app, args).stdout)
     fa1 = json.loads(runner.invoke(app, args + ["--flash-attention-gen", "1"]).stdout)
     assert fa1["step_time_s"] > 1.2 * fa2["step_time_s"]
     from cli_contract import assert_mentions, bad
-    assert_mentions(bad(capsys, *args, "--flash-attention-gen", "3"), "--flash-attention-gen", "1 or 2")
+    assert_mentions(bad(capsys, *args, "--flash-attention-gen", "4"), "--flash-attention-gen", "1, 2 or 3")
     assert_mentions(bad(capsys, *args, "--no-flash-attention", "--flash-attention-gen", "1"),
                     "--flash-attention-gen", "with FlashAttention off")
 

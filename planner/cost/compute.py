@@ -80,7 +80,8 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     Context parallelism (cp ranks): each rank holds s/cp queries and sees every key and value once (Megatron-Core
     splits the sequence into 2·cp chunks so the causal work is the same on every rank): 1/cp of the FLOPs, its own
     Q and O, all of K and V. `flash_gen` 1 (FlashAttention-1 or its Triton port) runs at FLASH_V1_RELATIVE_RATE of
-    the FlashAttention-2-class efficiency.
+    the FlashAttention-2-class efficiency, 3 (FlashAttention-3 class: FA3, cuDNN's fused attention on Hopper) at
+    the profile's attention_gen3_rate of it (Shah et al. 2024).
     """
     s = checked_array(seq_len, "seq_len").astype(float)
     b = checked_array(micro_batch, "micro_batch", whole=True).astype(float)
@@ -94,7 +95,9 @@ def attention_core_time_s(m: ModelSpec, seq_len, micro_batch, tp, flash_attentio
     scores = b * m.heads / t * s * s / c
     drop = 1.0 if m.dropout else 0.0
     per_score = (7 if backward else 4) * elem_bytes + drop * (2 * elem_bytes + 1)
-    fused_eff = hw.attention_efficiency * np.where(np.asarray(flash_gen) == 1, FLASH_V1_RELATIVE_RATE, 1.0)
+    gen = np.asarray(flash_gen)
+    fused_eff = hw.attention_efficiency * np.where(gen == 1, FLASH_V1_RELATIVE_RATE, np.where(
+        gen == 3, hw.attention_gen3_rate or 1.0, 1.0))      # generation 3 only where the profile has its rate
     math_s = flops / (np.where(fa, fused_eff, hw.gemm_efficiency) * hw.peak_flops)
     mem_s = (qkvo + np.where(fa, 0.0, scores * per_score)) / (hw.hbm_efficiency * hw.hbm_bw_bytes_per_s)
     return np.maximum(math_s, mem_s)

@@ -125,6 +125,8 @@ def priced_attention(runtime: Runtime) -> str | None:
         return "unfused attention (scores written to HBM)"
     if runtime.flash_attention_gen == 1:
         return "FlashAttention-1-class kernels (--flash-attention-gen 1)"
+    if runtime.flash_attention_gen == 3:
+        return "FlashAttention-3-class kernels (--flash-attention-gen 3: FA3, or cuDNN's fused attention on Hopper)"
     return None
 
 

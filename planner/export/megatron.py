@@ -174,6 +174,10 @@ def megatron_args(row, m: ModelSpec, job: Job, runtime: Runtime = Runtime(), dty
     if attention and runtime.flash_attention_gen == 1:
         header += (f"\n# attention: the plan priced {attention}; Megatron runs the flash-attn or cuDNN kernels "
                    "installed (FlashAttention-2 class today), so expect a faster step")
+    elif attention and runtime.flash_attention_gen == 3:
+        header += (f"\n# attention: the plan priced {attention}; Transformer Engine runs cuDNN's with "
+                   "NVTE_FUSED_ATTN=1 NVTE_FLASH_ATTN=0 in the environment (its flash-attn backend is FlashAttention-2 "
+                   "unless flash-attn 3 is installed)")
     if runtime.zero1_all_reduce and zero == 1 and dp * cp > 1:
         header += ("\n# the plan priced ZeRO-1 as DeepSpeed's BF16_Optimizer runs it (--zero1-all-reduce: the whole "
                    "gradients all-reduced); Megatron's distributed optimizer reduce-scatters them, so expect the same "

@@ -52,6 +52,7 @@ class HardwareSpec:
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
     gpus_per_host: int = 0                  # GPUs allocated together (0: a whole node); GB200 NVL72: a 4-GPU tray
     fused_attention: bool = True            # FlashAttention / fused attention kernels run here (Runtime.for_hardware)
+    attention_gen3_rate: float | None = None  # FlashAttention-3-class kernels' rate over the FA2 class (None: none)
     mixed_precision: str = "bf16"           # 16-bit format of mixed precision: "fp16" (with loss scaling) on a GPU
                                             # without bf16, i.e. a profile with no bf16 peak (V100)
     intra_topology: str = "switch"          # "mesh": a direct link per peer, so k GPUs use k-1 of n-1 links
@@ -183,6 +184,7 @@ class HardwareSpec:
             price_usd_per_gpu_hour=f.price_usd_per_gpu_hour,
             peak_flops_by_dtype=peaks,
             fused_attention=f.gpu.fused_attention,
+            attention_gen3_rate=f.efficiency.attention_gen3_relative_rate,
             mixed_precision="bf16" if f.gpu.peak_tflops_dense.bf16 is not None else "fp16",
             intra_topology=intra.topology,
             price_provider=f.price_provider or ("unspecified" if f.price_usd_per_gpu_hour is not None else ""),

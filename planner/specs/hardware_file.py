@@ -110,6 +110,9 @@ class _Efficiency(_Strict):
     kernel_overhead_us: float = Field(default=0.0, ge=0, lt=1000)
     gemm_k_half: float = Field(default=0.0, ge=0, lt=1e6)
     attention_fraction_of_peak: float | None = Field(default=None, gt=0, le=1)
+    # FlashAttention-3-class kernels (Hopper's FA3, cuDNN's fused attention) relative to the FA2 class; none: not
+    # measured on this hardware, so flash_attention_gen 3 is refused
+    attention_gen3_relative_rate: float | None = Field(default=None, ge=1, le=4)
     overlap_slowdown_intra_node: float = Field(default=0.0, ge=0, le=1)
     overlap_slowdown_inter_node: float = Field(default=0.0, ge=0, le=1)
 

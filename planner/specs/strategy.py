@@ -26,7 +26,8 @@ PARALLEL_DIMS = ("tp", "cp", "pp", "dp")
 # DeepSpeed cannot run it, so the search tries it only when pinned.
 RECOMPUTE = ("none", "selective", "full", "op")
 SEARCHED_RECOMPUTE = ("none", "selective", "full")
-FLASH_GENERATIONS = (1, 2)                   # FlashAttention-1 (and its Triton port); FlashAttention-2 class
+FLASH_GENERATIONS = (1, 2, 3)                # FlashAttention-1 (and its Triton port); FlashAttention-2 class;
+                                             # FlashAttention-3 class (FA3, cuDNN's fused attention on Hopper)
 DEFAULT_FLASH_GENERATION = 2                 # when FlashAttention runs and no generation is given
 ZERO3_GATHER_UNITS = ("layer", "matrix")     # ZeRO-3 gathers per layer (FSDP blocks) or per weight (DeepSpeed)
 # Rank orders after TP (and CP): DP next, PP outermost (Megatron's default tp-cp-ep-dp-pp, torchtitan's mesh
@@ -166,7 +167,8 @@ class Runtime:
     flash_attention: bool | None = None  # attention scores never materialised (Dao et al. 2022); None: follow the
                                          # hardware (HardwareSpec.fused_attention)
     flash_attention_gen: int | None = None  # 2 (None: the default): FlashAttention-2-class kernels (mid-2023 on: FA2,
-                                            # cuDNN/TE fused attention); 1: FlashAttention-1 or its Triton port
+                                            # TE fused attention off Hopper); 1: FlashAttention-1 or its Triton port;
+                                            # 3: FlashAttention-3 class (FA3, cuDNN's fused attention on Hopper)
     tp_comm_overlap: bool = False       # TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap)
     tp_bwd_overlap: bool = True         # backward TP collectives overlap the weight-gradient (and, with SP, the
                                         # data-gradient) GEMMs: Megatron's async TP all-reduce (since late 2021)
@@ -215,7 +217,7 @@ class Runtime:
     def __post_init__(self):
         gen, fa = self.flash_attention_gen, self.flash_attention
         if gen is not None and (not is_int(gen) or gen not in FLASH_GENERATIONS):
-            raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1 or 2")
+            raise PlannerError("flash_attention_gen", f"got {self.flash_attention_gen!r}, expected 1, 2 or 3")
         if fa is not None and not isinstance(fa, (bool, np.bool_)):
             raise PlannerError("flash_attention", f"got {fa!r}, expected True, False or None (follow the hardware)")
         if fa is False and gen is not None:
@@ -247,6 +249,10 @@ class Runtime:
                                       "false; FlashAttention 1 and 2 and Transformer Engine's fused attention do not "
                                       "run on it); leave FlashAttention unset (the default follows the hardware) "
                                       "or turn it off")
+        if gen == 3 and hw.attention_gen3_rate is None:
+            raise PlannerError("flash_attention_gen", f"3 (FlashAttention-3 class) has no measured rate on {hw.name} "
+                                                      "(its profile: efficiency.attention_gen3_relative_rate; FA3 "
+                                                      "and its measurements are Hopper's); use 2 or 1")
         fa = hw.fused_attention if fa is None else bool(fa)
         gen = DEFAULT_FLASH_GENERATION if gen is None and fa else gen     # None without fused kernels (checked)
         if fa is self.flash_attention and gen == self.flash_attention_gen:
