@@ -69,7 +69,7 @@ def plot_search(result, path, top: int = 10) -> Path:
     cap = result.capacity_bytes / 2**30
     if len(result.closest):
         ax2.scatter(result.closest["memory_gib"], result.closest["step_time_s"], s=6, c="#bbbbbb",
-                    label="does not fit")
+                    label=f"does not fit ({len(result.closest):,} nearest)")
     if len(result.table):
         t = result.table
         ax2.scatter(t["memory_gib"], t["step_time_s"], s=8, c="#4C72B0", label="fits")

@@ -153,7 +153,7 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
     # FlashAttention keeps no s x s scores, so selective recompute keeps what none keeps (memory.
     # activation_bytes_per_layer) and costs the attention forward again: a valid one can never rank first
     drop_selective = pins.recompute is None and runtime.for_hardware(hw).flash_attention
-    fitting, overflowing = [], []
+    fitting, overflowing = [], []           # frames of the layouts that fit; columns of those that do not
     for good in _valid_chunks(m, hw, job, cols, allow_cross_node_tp, rejected, runtime.flash_attention,
                               runtime.microbatch_groups, runtime.cp_comm_overlap):
         if drop_selective and (twin := good["recompute"] == RECOMPUTE.index("selective")).any():
@@ -161,34 +161,31 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
             good = {k: v[~twin] for k, v in good.items()}
             if not len(good["tp"]):
                 continue
-        res = step_columns(m, hw, job, good, precision, runtime)
-        frames = [_rows_to_frame(good, res, job, capacity)]
+        res = _timed_if_fitting(m, hw, job, good, precision, runtime, capacity)
+        fits = res["memory_bytes"] <= capacity
+        fitting.append(_rows_to_frame(_rows(good, fits), _rows(res, fits), job, capacity))
+        overflowing.append((_rows(good, ~fits), res["memory_bytes"][~fits]))
         if pins.dp_replicate is None:
             # Hybrid sharding, where memory allows it: each layout's fastest degree, if faster than sharding over
             # all ranks (the others are dropped, counted)
             hybrid, rows = hybrid_variants(good, {k: res[f"mem_{k}_bytes"] for k in MEMORY_PARTS}, capacity)
             n += len(rows)
             if len(rows):
-                res_h = step_columns(m, hw, job, hybrid, precision, runtime)
+                res_h = _timed_if_fitting(m, hw, job, hybrid, precision, runtime, capacity)
                 fits = res_h["memory_bytes"] <= capacity
                 gain = fastest_gain(res_h["step_time_s"], fits, res["step_time_s"], rows)
                 dropped = fits & ~gain                 # the ones that do not fit are reported as such
                 if dropped.any():
                     rejected[HYBRID_DOMINATED] = rejected.get(HYBRID_DOMINATED, 0) + int(np.count_nonzero(dropped))
-                shown = gain | ~fits
-                frames.append(_rows_to_frame({k: v[shown] for k, v in hybrid.items()},
-                                             {k: np.asarray(v)[shown] for k, v in res_h.items()}, job, capacity))
-        for df in frames:
-            fitting.append(df[df["fits"]])
-            overflowing.append(df[~df["fits"]])
+                fitting.append(_rows_to_frame(_rows(hybrid, gain & fits), _rows(res_h, gain & fits), job, capacity))
+                overflowing.append((_rows(hybrid, ~fits), res_h["memory_bytes"][~fits]))
     empty = _rows_to_frame({k: np.zeros(0, dtype=np.int64) for k in KNOBS},
                            {k: np.zeros(0) for k in _result_keys()}, job, capacity)
     table = _rank(pd.concat(fitting, ignore_index=True)) if fitting else empty
-    over = pd.concat(overflowing, ignore_index=True) if overflowing else empty
-    if len(over):
-        rejected[constraints.FIT_REASON] = len(over)
-        over = over.assign(overflow_gib=over["memory_gib"] - capacity / GIB)
-        over = over.sort_values(["overflow_gib", "tokens_per_s"], ascending=[True, False]).reset_index(drop=True)
+    over = empty
+    if over_count := sum(len(memory_bytes) for _, memory_bytes in overflowing):
+        rejected[constraints.FIT_REASON] = over_count
+        over = _closest_timed(m, hw, job, overflowing, precision, runtime, capacity)
     result = SearchResult(m, hw, job, headroom_gib * GIB, n, rejected, table, over, runtime, pins=pins,
                           precision=precision)
     if len(table) == 0 and len(over) == 0:
@@ -199,6 +196,44 @@ def run_search(model="405b", gpus=512, hardware=DEFAULT_HARDWARE, seq_len=None, 
         result.min_gpus_that_fit = smallest_fitting_gpus(m, hw, job, pins, capacity, allow_cross_node_tp,
                                                          precision, runtime)
     return result
+
+
+# Layouts that do not fit are timed only among the CLOSEST_TIMED nearest to fitting: the closest table, the plot and
+# the nothing-fits explanation show those, and timing the rest was most of a memory-bound search's work.
+CLOSEST_TIMED = 2000
+
+
+def _timed_if_fitting(m, hw, job, cols, precision, runtime, capacity):
+    """step_columns for the rows that fit in `capacity`; the others get their memory and NaN times."""
+    mem = memory_columns(m, hw, job, cols, precision, runtime)
+    fit = sum(mem[0].values()) <= capacity
+    if fit.all():
+        return step_columns(m, hw, job, cols, precision, runtime, known_memory=mem)
+    timed = step_columns(m, hw, job, {k: v[fit] for k, v in cols.items()}, precision, runtime,
+                         known_memory=({k: v[fit] for k, v in mem[0].items()}, mem[1][fit]))
+    out = {k: np.full(len(fit), np.nan if np.asarray(v).dtype.kind == "f" else 0, dtype=np.asarray(v).dtype)
+           for k, v in timed.items()}
+    for key, value in timed.items():
+        out[key][fit] = value
+    out.update({f"mem_{k}_bytes": v for k, v in mem[0].items()}, memory_bytes=sum(mem[0].values()), peak_stage=mem[1])
+    return out
+
+
+def _closest_timed(m, hw, job, overflowing, precision, runtime, capacity):
+    """The CLOSEST_TIMED layouts of `overflowing` ((columns, memory bytes) of layouts that do not fit) nearest to
+    fitting, timed, as a frame: least overflow first (ties: faster first, then in search order)."""
+    memory_bytes = np.concatenate([mb for _, mb in overflowing])
+    nearest = np.argsort(memory_bytes, kind="stable")[:CLOSEST_TIMED]
+    cols = {k: np.concatenate([c[k] for c, _ in overflowing])[nearest] for k in overflowing[0][0]}
+    df = _rows_to_frame(cols, step_columns(m, hw, job, cols, precision, runtime), job, capacity)
+    df = df.assign(overflow_gib=df["memory_gib"] - capacity / GIB)
+    return df.sort_values(["overflow_gib", "tokens_per_s"], ascending=[True, False]).reset_index(drop=True)
+
+
+def _rows(columns: dict, mask) -> dict:
+    if mask.all():                  # most chunks of a search that is not memory-bound: no copies
+        return columns
+    return {k: np.asarray(v)[mask] for k, v in columns.items()}
 
 
 def _result_keys():

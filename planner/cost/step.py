@@ -139,11 +139,12 @@ def memory_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precisi
 
 
 def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision: Precision = Precision(),
-                 runtime: Runtime = Runtime()) -> dict:
+                 runtime: Runtime = Runtime(), known_memory: tuple | None = None) -> dict:
     """Evaluate layouts given as columns (KNOBS, or the result tables' names: sequence_parallel, zero_stage,
     recompute_layers); returns columns of memory parts (bytes), time parts (s) and throughput. Each row's GPU count
     is t·cp·p·d, placed as the hardware places a job of that size (HardwareSpec.for_job: GB200 segments), as the
-    search does. Validity is not checked here (see planner.constraints.rules)."""
+    search does. Validity is not checked here (see planner.constraints.rules). `known_memory`: memory_columns(...) of
+    these rows when the caller has it already (it does not depend on the placement)."""
     c = knob_columns(cols)
     world = c["tp"] * c["cp"] * c["pp"] * c["dp"]
     # Rows are grouped by how their GPU count is placed (at most two ways on GB200: 72- or 64-GPU nodes); the
@@ -153,12 +154,12 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     placed = {spec.gpus_per_node: spec for spec in specs}
     shape = np.broadcast_shapes(*(v.shape for v in c.values()))     # every output has the rows' shape
     if len(placed) <= 1:                        # one placement (or no rows: empty columns)
-        out = _step_columns(m, specs[0] if specs else hw, job, c, precision, runtime)
+        out = _step_columns(m, specs[0] if specs else hw, job, c, precision, runtime, known_memory)
         return {k: v if np.shape(v) == shape else np.broadcast_to(v, shape).copy() for k, v in out.items()}
     c = {k: np.broadcast_to(v, shape) for k, v in c.items()}
     nodes = np.broadcast_to(np.array([spec.gpus_per_node for spec in specs])[inverse.reshape(world.shape)], shape)
     parts = {g: (nodes == g, _step_columns(m, spec, job, {k: v[nodes == g] for k, v in c.items()}, precision,
-                                           runtime)) for g, spec in placed.items()}
+                                           runtime, _rows(known_memory, nodes == g))) for g, spec in placed.items()}
     out = {}
     for key in next(iter(parts.values()))[1]:
         out[key] = np.empty(shape, dtype=np.asarray(next(iter(parts.values()))[1][key]).dtype)
@@ -167,7 +168,17 @@ def step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, cols: dict, precision
     return out
 
 
-def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: Precision, runtime: Runtime) -> dict:
+def _rows(known_memory: tuple | None, mask):
+    """The rows `mask` selects of memory_columns' (parts, stage), or None."""
+    if known_memory is None:
+        return None
+    parts, stage = known_memory
+    return ({k: np.broadcast_to(v, mask.shape)[mask] for k, v in parts.items()},
+            np.broadcast_to(stage, mask.shape)[mask])
+
+
+def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: Precision, runtime: Runtime,
+                  known_memory: tuple | None = None) -> dict:
     """step_columns for layouts of one placement (`hw` as a job of their size sees it)."""
     runtime = runtime.for_hardware(hw)
     c = dict(c)
@@ -175,7 +186,7 @@ def _step_columns(m: ModelSpec, hw: HardwareSpec, job: Job, c: dict, precision: 
     e = precision.activation_bytes
     num_mb = num_microbatches(job, b, d)
 
-    mem, stage = memory_columns(m, hw, job, c, precision, runtime)
+    mem, stage = known_memory if known_memory is not None else memory_columns(m, hw, job, c, precision, runtime)
     c["rc_frac"] = recompute_fraction(m, c)
 
     # Per micro-batch time of each stage; the slowest stage paces the pipeline.
